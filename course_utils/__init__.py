@@ -1,0 +1,21 @@
+"""Helpers shared by every notebook of *Distributed Training, Tested*.
+
+One idea per module; importing this package is cheap and imports no deep-learning framework
+(not TensorFlow, Keras or JAX, and not even PyTorch). Each module imports its framework itself:
+
+- ``hardware``   cores, GPUs, bf16 support, the size profile, seeding, an environment report
+- ``launch``     run a worker on N local processes (gloo/NCCL), run torchrun or any script safely
+- ``tfdevices``  split the CPU into N logical TensorFlow devices
+- ``data``       synthetic and bundled datasets as NumPy arrays
+- ``models``     the few small PyTorch models used across chapters
+- ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw)
+- ``costmodel``  alpha-beta communication model, Amdahl, memory per parameter, pipeline bubble
+- ``plots``      one consistent figure style
+- ``exercises``  helpful assertions for the autograded exercises
+"""
+from __future__ import annotations
+
+from .hardware import by_profile, profile, seed_everything
+
+__all__ = ["by_profile", "profile", "seed_everything"]
+__version__ = "0.1.0"

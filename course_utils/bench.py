@@ -1,0 +1,103 @@
+"""Measuring time honestly: warm up, synchronise the device, repeat, report the median.
+
+GPU kernels run asynchronously: ``time.perf_counter()`` around a CUDA op measures only the
+launch unless the device is synchronised first. :func:`time_fn` does that for you.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+
+def synchronize(device: str = "cpu") -> None:
+    """Wait until all queued work on ``device`` ("cpu", "cuda", "cuda:1", "mps") has finished."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+    elif device == "mps":
+        import torch
+
+        torch.mps.synchronize()
+
+
+@dataclass
+class Timing:
+    """Repeated measurements of one operation, in seconds."""
+
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def best(self) -> float:
+        return min(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: how noisy the measurement was."""
+        return (max(self.samples) - min(self.samples)) / self.median
+
+    def __str__(self) -> str:
+        return f"median {self.median * 1e3:.3f} ms (best {self.best * 1e3:.3f} ms, n={len(self.samples)})"
+
+
+def time_fn(fn: Callable[[], object], *, repeats: int = 10, warmup: int = 2,
+            device: str = "cpu", min_time_s: float = 0.0) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed calls, each synchronised.
+
+    With ``min_time_s`` > 0, each sample loops ``fn`` until that much time passed and reports the
+    time per call (for operations far shorter than the timer's resolution).
+    """
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    samples = []
+    for _ in range(repeats):
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            calls += 1
+            synchronize(device)
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_time_s:
+                break
+        samples.append(elapsed / calls)
+    return Timing(samples)
+
+
+def matmul_gflops(n: int, seconds: float) -> float:
+    """GFLOP/s of an ``n x n`` by ``n x n`` matmul that took ``seconds`` (2 n^3 flops)."""
+    return 2 * n**3 / seconds / 1e9
+
+
+def allreduce_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], repeats: int = 10,
+                     warmup: int = 3, device: str = "cpu") -> list[dict]:
+    """Launched worker: time ``dist.all_reduce`` for each message size (float32 tensors).
+
+    Returns, on every rank, one row per size: bytes, median seconds (the max over ranks of each
+    rank's median, since a collective is as slow as its slowest rank), algbw and busbw in B/s.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from .costmodel import bus_bandwidth
+
+    rows = []
+    for nbytes in sizes_bytes:
+        x = torch.ones(max(1, int(nbytes) // 4), device=device)
+
+        def step():
+            dist.all_reduce(x)
+
+        t = torch.tensor([time_fn(step, repeats=repeats, warmup=warmup, device=device).median])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        algbw, busbw = bus_bandwidth(x.numel() * 4, t.item(), world_size)
+        rows.append({"bytes": x.numel() * 4, "seconds": t.item(), "algbw": algbw, "busbw": busbw})
+    return rows

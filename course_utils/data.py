@@ -1,0 +1,50 @@
+"""Datasets used across chapters, as NumPy arrays (framework-neutral; no downloads).
+
+Every function is deterministic given ``seed``. Features are float32, class labels int64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def linear_regression(n: int = 256, d: int = 10, noise: float = 0.1, seed: int = 0):
+    """``(X, y, w_true)``: ``X`` is (n, d), ``y = X @ w_true + noise * N(0, 1)`` is (n, 1).
+
+    Features and labels come out *together*: shard them with the same indices.
+    """
+    if n < 1 or d < 1:
+        raise ValueError("n and d must be >= 1")
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    w_true = rng.standard_normal((d, 1)).astype(np.float32)
+    y = (X @ w_true + noise * rng.standard_normal((n, 1))).astype(np.float32)
+    return X, y, w_true
+
+
+def digits(test_fraction: float = 0.25, seed: int = 0):
+    """scikit-learn's bundled 8x8 digits (1797 images, 10 classes), standardised.
+
+    Returns ``(X_train, y_train, X_test, y_test)``; ``X`` is (n, 64) float32 with zero mean and
+    unit variance per pixel (statistics from the training split), ``y`` is (n,) int64.
+    """
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(y))
+    n_test = int(round(test_fraction * len(y)))
+    test, train = order[:n_test], order[n_test:]
+    mean = X[train].mean(axis=0)
+    std = X[train].std(axis=0) + 1e-6
+    X = ((X - mean) / std).astype(np.float32)
+    return X[train], y[train].astype(np.int64), X[test], y[test].astype(np.int64)
+
+
+def shard(n: int, rank: int, world_size: int) -> np.ndarray:
+    """Indices of rank ``rank``'s shard of ``n`` samples: every ``world_size``-th, from ``rank``.
+
+    The shards are disjoint and together cover every index once (sizes differ by at most 1).
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    return np.arange(rank, n, world_size)

@@ -1,0 +1,414 @@
+"""Run code on several local processes, safely, from a notebook or a test.
+
+``run(worker, world_size)`` starts ``world_size`` processes, joins them into one
+``torch.distributed`` process group and calls ``worker(rank, world_size, *args, **kwargs)`` in
+each; it returns the list of return values, indexed by rank. The rules it enforces are the ones
+that keep distributed code from hanging a notebook or CI:
+
+- processes come from a *forkserver* that preloaded torch (plain ``fork`` deadlocks once the
+  parent ran any OpenMP op; ``spawn`` works but re-imports torch in every worker, 2-4 s each);
+- the worker must live in an importable module (a notebook's ``__main__`` cannot be imported
+  by another process): write it with ``%%writefile work/my_worker.py``;
+- everything binds to 127.0.0.1 on a free port, gloo talks over loopback (``GLOO_SOCKET_IFNAME=lo``);
+- the process group has a timeout, the whole call has a wall-clock timeout, and when one rank
+  raises, dies or hangs, all ranks are killed and reaped and the call fails within seconds.
+
+``torchrun(script)`` and ``run_command(cmd)`` run a script as a subprocess under the same rules.
+
+Torch is imported only inside the worker processes and in the functions that need it, so this
+module imports with no framework installed.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo"]
+"""Modules the forkserver imports once, so that each worker starts in ~0.1 s instead of ~2 s."""
+
+LOCALHOST = "127.0.0.1"
+
+
+class WorkerError(RuntimeError):
+    """A rank raised an exception, died, or the launch timed out. ``.rank`` says which rank."""
+
+    def __init__(self, message: str, rank: int | None = None, remote_traceback: str = ""):
+        super().__init__(message)
+        self.rank = rank
+        self.remote_traceback = remote_traceback
+
+
+def free_port(host: str = LOCALHOST) -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]:
+    """Environment variables that keep distributed runs on loopback and quiet.
+
+    ``threads`` is the OpenMP/MKL thread count per process (1 rank per core is the rule on CPU).
+    """
+    env = {
+        "MASTER_ADDR": LOCALHOST,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_CPP_LOG_LEVEL": "ERROR",
+    }
+    if master_port is not None:
+        env["MASTER_PORT"] = str(master_port)
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# run(): N processes in one process group
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _WorkerRef:
+    """Where to find a worker function: by module name, file and qualified name, not by pickle."""
+
+    module: str
+    file: str | None
+    qualname: str
+
+    def load(self) -> Callable:
+        if self.file and self.module not in sys.modules and importlib.util.find_spec(self.module) is None:
+            sys.path.insert(0, os.path.dirname(self.file))  # e.g. a notebook's work/ folder
+        obj: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+def _ref_for(worker: Callable) -> _WorkerRef:
+    if not callable(worker):
+        raise ValueError(f"worker must be a function, got {type(worker).__name__} {worker!r}")
+    module = getattr(worker, "__module__", None)
+    qualname = getattr(worker, "__qualname__", "")
+    if module in (None, "__main__", "__mp_main__") or "<" in qualname:
+        where = "a lambda or nested function" if "<" in qualname else "the notebook (module __main__)"
+        raise ValueError(
+            f"worker {qualname or worker!r} is defined in {where}; other processes cannot import it.\n"
+            "Put it at the top level of a module file and import it from there, e.g. in a cell:\n"
+            "    %%writefile work/my_worker.py\n"
+            "    def my_worker(rank, world_size): ...\n"
+            "then `import sys; sys.path.insert(0, 'work'); from my_worker import my_worker`."
+        )
+    file = getattr(sys.modules.get(module), "__file__", None)
+    return _WorkerRef(module, os.path.abspath(file) if file else None, qualname)
+
+
+def _check_backend(backend: str, world_size: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' (CPU) or 'nccl' (GPU), not {backend!r}")
+    if not dist.is_available() or not dist.is_backend_available(backend):
+        raise ValueError(f"backend {backend!r} is not available in this PyTorch build; use 'gloo'")
+    if backend == "nccl" and torch.cuda.device_count() == 0:
+        raise ValueError("backend 'nccl' needs CUDA GPUs and none is visible; use backend='gloo' on CPU")
+
+
+def _entry(ref: _WorkerRef, rank: int, world_size: int, args: tuple, kwargs: dict,
+           env: dict, backend: str | None, pg_timeout_s: float, threads: int,
+           conn: multiprocessing.connection.Connection, log_path: str) -> None:
+    """Body of every worker process: set up, call the worker, send back (status, payload)."""
+    os.setpgid(0, 0)  # own process group, so the parent can kill the worker *and* its children
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)  # C++ and Python output both land in the rank's log
+    os.dup2(log, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    os.environ.update(env)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size))
+    status, payload, failed_at = "ok", None, None
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(threads)
+        if backend is not None:
+            if backend == "nccl":
+                torch.cuda.set_device(rank % torch.cuda.device_count())
+            dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
+                                    timeout=timedelta(seconds=pg_timeout_s))
+        try:
+            payload = ref.load()(rank, world_size, *args, **kwargs)
+        except BaseException:
+            failed_at = time.time()  # before destroy_process_group() disturbs the peers
+            raise
+        finally:
+            if backend is not None and dist.is_initialized():
+                dist.destroy_process_group()
+        data = pickle.dumps(payload)  # plain pickle: tensors by value, no shared-memory handles
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the notebook
+        status = "error"
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code is _entry.__code__:
+            tb = tb.tb_next  # start the traceback at the worker, not at this wrapper
+        text = "".join(traceback.format_exception(type(exc), exc, tb))
+        data = pickle.dumps((type(exc).__name__, str(exc), text, failed_at or time.time()))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    conn.send_bytes(pickle.dumps((status, data)))
+    conn.close()
+
+
+_preloaded = False
+
+
+def _context(start_method: str):
+    global _preloaded
+    if start_method == "fork":
+        raise ValueError(
+            "start_method='fork' deadlocks once the notebook ran any OpenMP op (a single matmul "
+            "suffices); use 'forkserver' (default) or 'spawn'"
+        )
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver" and not _preloaded:
+        ctx.set_forkserver_preload([m for m in PRELOAD if importlib.util.find_spec(m.split(".")[0])])
+        _preloaded = True
+    return ctx
+
+
+def _kill(procs: Sequence[mp.process.BaseProcess], grace_s: float = 5.0) -> None:
+    """SIGKILL every live worker (and its process group), then reap them all."""
+    for p in procs:
+        if p.pid is not None and p.exitcode is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                p.kill()
+    for p in procs:
+        p.join(grace_s)
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        text = Path(path).read_text(errors="replace").rstrip()
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None,
+        backend: str | None = "gloo", timeout_s: float = 120.0, pg_timeout_s: float = 30.0,
+        threads_per_rank: int = 1, start_method: str = "forkserver",
+        output: str = "all") -> list[Any]:
+    """Run ``worker(rank, world_size, *args, **kwargs)`` on ``world_size`` local processes.
+
+    Returns the workers' return values as a list indexed by rank (they must be picklable).
+
+    - ``backend``: "gloo" (CPU, default), "nccl" (one GPU per rank), or None for no process group
+      (the worker may then call ``dist.init_process_group`` itself: MASTER_ADDR/MASTER_PORT,
+      RANK and WORLD_SIZE are set, as torchrun would).
+    - ``timeout_s``: wall-clock limit for the whole call; ``pg_timeout_s``: the process group's
+      timeout, i.e. how long a collective may wait for a missing peer.
+    - ``threads_per_rank``: torch intra-op threads in each worker (1 = one rank per core).
+    - ``output``: what to print of each rank's stdout/stderr when it finishes: "all" (grouped by
+      rank, in rank order, so the output is deterministic), "rank0", or "none".
+
+    Raises ``ValueError`` for bad arguments and :class:`WorkerError` if any rank raises, dies or
+    outlives ``timeout_s``; in every failure all ranks are killed and reaped before it returns.
+    """
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    if output not in ("all", "rank0", "none"):
+        raise ValueError(f"output must be 'all', 'rank0' or 'none', not {output!r}")
+    if timeout_s <= 0 or pg_timeout_s <= 0:
+        raise ValueError("timeout_s and pg_timeout_s must be positive numbers of seconds")
+    ref = _ref_for(worker)
+    if backend is not None:
+        _check_backend(backend, world_size)
+    ctx = _context(start_method)
+    env = safe_env(threads_per_rank, free_port())
+    logdir = tempfile.mkdtemp(prefix="course_launch_")
+    logs = [os.path.join(logdir, f"rank{r}.log") for r in range(world_size)]
+    procs, conns = [], []
+    try:
+        for rank in range(world_size):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_entry, name=f"rank{rank}", daemon=True,
+                            args=(ref, rank, world_size, args, kwargs or {}, env, backend,
+                                  pg_timeout_s, threads_per_rank, send, logs[rank]))
+            p.start()
+            send.close()
+            procs.append(p)
+            conns.append(recv)
+        results = _collect(procs, conns, logs, timeout_s)
+        for p in procs:  # they sent their results and are exiting; give them a moment
+            p.join(2.0)
+    finally:
+        _kill(procs)
+        for c in conns:
+            c.close()
+    if output != "none":
+        for rank in range(1 if output == "rank0" else world_size):
+            text = Path(logs[rank]).read_text(errors="replace")
+            if text.strip():
+                prefix = f"[rank {rank}] " if world_size > 1 else ""
+                print("\n".join(prefix + line for line in text.rstrip("\n").splitlines()))
+    for path in logs:
+        os.unlink(path)
+    os.rmdir(logdir)
+    return results
+
+
+def _collect(procs, conns, logs, timeout_s: float, grace_s: float = 1.0) -> list[Any]:
+    """Wait for every rank's message; on the first error or death, stop within ``grace_s``.
+
+    When one rank fails, its peers usually fail a moment later ("connection closed by peer").
+    The grace period gathers those too, so the error can blame the root cause: a rank that died
+    without a word, else the rank whose exception came first (by the workers' own clock).
+    """
+    results: dict[int, Any] = {}
+    failures: list[tuple[float, int, str, str]] = []  # (when, rank, message, traceback)
+    pending = {c: rank for rank, c in enumerate(conns)}
+    sentinels = {p.sentinel: rank for rank, p in enumerate(procs)}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready = mp.connection.wait(list(pending) + list(sentinels), timeout=min(left, 1.0))
+        for obj in ready:
+            if obj not in pending:
+                continue
+            rank = pending.pop(obj)
+            try:
+                status, data = pickle.loads(obj.recv_bytes())
+            except EOFError:  # died without a word; its sentinel tells how
+                continue
+            if status == "ok":
+                results[rank] = pickle.loads(data)
+                continue
+            name, msg, tb, when = pickle.loads(data)
+            failures.append((when, rank, f"rank {rank} raised {name}: {msg}", tb))
+        for obj in ready:
+            rank = sentinels.get(obj)
+            if rank is None or conns[rank] in pending and conns[rank].poll():
+                continue  # not a sentinel, or its message waits in the pipe: read it first
+            del sentinels[obj]
+            if rank in results or any(f[1] == rank for f in failures):
+                continue
+            procs[rank].join(0.5)
+            pending.pop(conns[rank], None)
+            failures.append((float("-inf"), rank,
+                             f"rank {rank} {_describe_exit(procs[rank].exitcode)} before returning a result", ""))
+        if failures:
+            deadline = min(deadline, time.monotonic() + grace_s)
+    if failures:
+        when, rank, msg, tb = min(failures)
+        others = [f"  {m.splitlines()[0][:200]}" for w, r, m, _ in sorted(failures) if r != rank]
+        tail = _tail(logs[rank])
+        if not tail and not os.path.exists(logs[rank]):
+            tail = ("(none: it died before the worker started. Launching from a script? Guard the "
+                    "launch with `if __name__ == '__main__':`, as multiprocessing re-imports the "
+                    "main script in new processes.)")
+        raise WorkerError(
+            f"{msg}\nAll ranks have been stopped."
+            + ("\nThen, as a consequence:\n" + "\n".join(others) if others else "")
+            + (f"\n\n--- traceback in rank {rank} ---\n{tb}" if tb else "")
+            + (f"\n--- rank {rank} output (tail) ---\n{tail}" if tail else ""),
+            rank=rank, remote_traceback=tb)
+    if pending:
+        running = sorted(pending.values())
+        raise WorkerError(
+            f"launch timed out after {timeout_s:g} s; ranks {running} were still running and "
+            "have been killed. A rank stuck in a collective usually means the ranks did not call "
+            "the same collectives in the same order, or one rank is much slower.\n"
+            + "".join(f"--- rank {r} output (tail) ---\n{_tail(logs[r])}\n" for r in running))
+    return [results[r] for r in range(len(procs))]
+
+
+# --------------------------------------------------------------------------------------------
+# Subprocesses: torchrun and any other command
+# --------------------------------------------------------------------------------------------
+class CommandError(RuntimeError):
+    """A subprocess failed or timed out; the message carries the tail of its output."""
+
+
+def run_command(cmd: Sequence[str], *, timeout_s: float = 120.0, env: dict[str, str] | None = None,
+                cwd: str | os.PathLike | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own session with :func:`safe_env` added, capture stdout+stderr as text.
+
+    On timeout the whole process group (the command and everything it started) is killed and
+    reaped, and :class:`CommandError` is raised. With ``check`` a non-zero exit raises too.
+    """
+    full_env = {**os.environ, **safe_env(), **(env or {})}
+    proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, env=full_env, cwd=cwd,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise CommandError(f"{' '.join(map(str, cmd))!r} timed out after {timeout_s:g} s and was "
+                           f"killed with its children.\n--- output (tail) ---\n{_last(out)}") from None
+    finally:
+        try:  # reap anything the command left behind in its session
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+    if check and proc.returncode != 0:
+        raise CommandError(f"{' '.join(map(str, cmd))!r} failed with exit code {proc.returncode}."
+                           f"\n--- output (tail) ---\n{_last(out)}")
+    return result
+
+
+def _last(text: str, lines: int = 30) -> str:
+    return "\n".join((text or "").rstrip().splitlines()[-lines:])
+
+
+def torchrun(script: str | os.PathLike, *script_args: str, nproc_per_node: int = 2,
+             timeout_s: float = 120.0, ranks: str = "0", threads_per_rank: int = 1,
+             extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> str:
+    """Run ``script`` under ``torchrun --standalone`` on this machine and return its output.
+
+    ``ranks`` is torchrun's ``--local-ranks-filter``: "0" shows rank 0 only (default), "0,1" both,
+    "" all ranks. Output lines are prefixed by torchrun with ``[default<rank>]:``.
+    Raises :class:`CommandError` (with the output tail) on failure or timeout.
+    """
+    if not Path(script).is_file():
+        raise ValueError(f"no script at {script!r}; write it first (e.g. with %%writefile)")
+    if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be an integer >= 1, got {nproc_per_node!r}")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--local-addr={LOCALHOST}", f"--nproc-per-node={nproc_per_node}",
+           "--tee=3", *([f"--local-ranks-filter={ranks}"] if ranks else []), *extra_args,
+           str(script), *script_args]
+    full_env = {**safe_env(threads_per_rank), **(env or {})}
+    return run_command(cmd, timeout_s=timeout_s, env=full_env).stdout

@@ -1,0 +1,38 @@
+"""Split the CPU into N logical TensorFlow devices, so strategies see N "GPUs" on a laptop.
+
+TensorFlow fixes its device list when it first runs an op; after that the split cannot change.
+:func:`logical_cpus` is therefore safe to call again with the same N (a notebook re-run) and
+raises a clear error for a different N. TensorFlow is imported only when it is called.
+"""
+from __future__ import annotations
+
+import os
+
+
+def logical_cpus(n: int) -> list[str]:
+    """Make ``n`` logical CPU devices and return their names ("/device:CPU:0", ...).
+
+    Call it before any other TensorFlow code. Silences TensorFlow's C++ INFO/WARNING log lines
+    (``TF_CPP_MIN_LOG_LEVEL=2``) unless you set that variable yourself.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if current is None or len(current) != n:
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+        except RuntimeError as exc:  # TF already initialised its devices
+            have = len(tf.config.list_logical_devices("CPU"))
+            if have == n:
+                return [d.name for d in tf.config.list_logical_devices("CPU")]
+            raise ValueError(
+                f"TensorFlow already runs with {have} logical CPU device(s), so it cannot be split "
+                f"into {n} now (devices are fixed at the first TF op). Restart the kernel and call "
+                f"logical_cpus({n}) before any other TensorFlow code."
+            ) from exc
+    return [d.name for d in tf.config.list_logical_devices("CPU")]

@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+from course_utils import costmodel as cm
+
+
+def test_amdahl_limits():
+    assert cm.amdahl_speedup(1.0, 8) == pytest.approx(8)
+    assert cm.amdahl_speedup(0.0, 8) == pytest.approx(1)
+    s = cm.amdahl_speedup(0.9, np.array([1, 10, 10**6]))
+    assert s[0] == pytest.approx(1) and s[-1] < 10 and s[-1] == pytest.approx(10, rel=1e-4)
+    with pytest.raises(ValueError):
+        cm.amdahl_speedup(1.5, 2)
+    with pytest.raises(ValueError):
+        cm.amdahl_speedup(0.5, 0)
+
+
+def test_ring_allreduce_terms():
+    # latency term: 2(n-1) alpha
+    assert cm.ring_allreduce_time(0, 2, 1.0, 0.0) == pytest.approx(2)
+    assert cm.ring_allreduce_time(0, 8, 1.0, 0.0) == pytest.approx(14)
+    # bandwidth term: 2(n-1)/n S beta -> 2 S beta
+    assert cm.ring_allreduce_time(100, 2, 0.0, 1.0) == pytest.approx(100)
+    assert cm.ring_allreduce_time(100, 1000, 0.0, 1.0) == pytest.approx(199.8)
+    assert cm.ring_allreduce_time(100, 1, 1.0, 1.0) == 0
+
+
+def test_fit_recovers_parameters_from_noisy_data():
+    rng = np.random.default_rng(0)
+    x = np.logspace(12, 26, 15, base=2)
+    t = cm.ring_allreduce_time(x, 4, 1e-4, 1e-9) * rng.uniform(0.95, 1.05, x.size)
+    fit = cm.fit_alpha_beta(x, t, 4)
+    assert fit.alpha == pytest.approx(1e-4, rel=0.15)
+    assert fit.beta == pytest.approx(1e-9, rel=0.15)
+    assert fit.bandwidth == pytest.approx(1e9, rel=0.15)
+    with pytest.raises(ValueError):
+        cm.fit_alpha_beta([1], [1], 2)
+
+
+def test_bus_bandwidth_definition():
+    algbw, busbw = cm.bus_bandwidth(1e9, 1.0, 8)
+    assert algbw == 1e9 and busbw == pytest.approx(1.75e9)
+
+
+def test_memory_per_param_and_bubble():
+    assert cm.memory_per_param("fp32", "adam") == 16
+    assert cm.memory_per_param("amp", "adam") == 16
+    assert cm.memory_per_param("fp32", "sgd") == 8
+    with pytest.raises(ValueError, match="unknown combination"):
+        cm.memory_per_param("int8", "adam")
+    assert cm.pipeline_bubble(4, 1) == pytest.approx(0.75)
+    assert cm.pipeline_bubble(4, 29) == pytest.approx(3 / 32)
+    assert cm.pipeline_bubble(1, 8) == 0
+
+
+def test_data_parallel_step_time():
+    assert cm.data_parallel_step_time(1.0, 0, 4, 0.0, 1.0) == pytest.approx(0.25)
+    assert cm.data_parallel_step_time(1.0, 100, 2, 0.0, 0.01, overlap=1.0) == pytest.approx(0.5)

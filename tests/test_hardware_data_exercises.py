@@ -1,0 +1,84 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from course_utils import bench, data, exercises, hardware, models
+
+
+def test_profile_override(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "gpu")
+    assert hardware.profile() == "gpu" and hardware.by_profile(cpu=1, gpu=2) == 2
+    monkeypatch.setenv("COURSE_PROFILE", "CPU")
+    assert hardware.profile() == "cpu" and hardware.by_profile(cpu=1, gpu=2) == 1
+    monkeypatch.setenv("COURSE_PROFILE", "tpu")
+    with pytest.raises(ValueError, match="not a profile"):
+        hardware.profile()
+
+
+def test_report_is_readable():
+    r = hardware.report()
+    text = str(r)
+    assert r.cpu_cores >= 1 and "CPU cores" in text and "torch" in text
+    with pytest.raises(ValueError):
+        hardware.bf16_supported("tpu")
+
+
+def test_seed_everything_is_reproducible():
+    import torch
+
+    hardware.seed_everything(3)
+    a = (np.random.rand(), torch.rand(1).item())
+    hardware.seed_everything(3)
+    assert a == (np.random.rand(), torch.rand(1).item())
+
+
+def test_importing_course_utils_imports_no_framework():
+    code = ("import sys, course_utils, course_utils.launch, course_utils.hardware, "
+            "course_utils.costmodel, course_utils.tfdevices, course_utils.data, course_utils.exercises, "
+            "course_utils.bench; "
+            "print(sorted(m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_shards_are_disjoint_and_complete():
+    parts = [data.shard(10, r, 3) for r in range(3)]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(10))
+    with pytest.raises(ValueError):
+        data.shard(10, 3, 3)
+
+
+def test_datasets():
+    X, y, w = data.linear_regression(32, 4)
+    assert X.shape == (32, 4) and y.shape == (32, 1) and w.shape == (4, 1)
+    np.testing.assert_array_equal(X, data.linear_regression(32, 4)[0])
+    Xtr, ytr, Xte, yte = data.digits()
+    assert Xtr.shape[1] == 64 and len(Xtr) + len(Xte) == 1797 and set(ytr) == set(range(10))
+
+
+def test_models_and_diff():
+    a, b = models.mlp([4, 8, 2]), models.mlp([4, 8, 2])
+    assert models.count_params(a) == 4 * 8 + 8 + 8 * 2 + 2
+    assert models.max_param_diff(a, b) == 0
+    with pytest.raises(ValueError):
+        models.max_param_diff(a, models.mlp([4, 2]))
+
+
+def test_time_fn():
+    t = bench.time_fn(lambda: sum(range(100)), repeats=5)
+    assert len(t.samples) == 5 and t.median > 0 and "ms" in str(t)
+    assert bench.matmul_gflops(1000, 1.0) == 2.0
+
+
+def test_exercise_checks_give_helpful_messages():
+    with pytest.raises(AssertionError, match="still Ellipsis"):
+        exercises.check_close(..., 1.0, "speedup")
+    with pytest.raises(AssertionError, match="`speedup` is off: 2 vs expected 1"):
+        exercises.check_close(2.0, 1.0, "speedup")
+    with pytest.raises(AssertionError, match="shape"):
+        exercises.check_close([1, 2], [1, 2, 3], "v")
+    exercises.check_close(np.float32(1.0), 1.0, "x")
+    with pytest.raises(AssertionError, match="expected 3"):
+        exercises.check_equal(2, 3, "n")

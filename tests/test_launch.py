@@ -1,0 +1,154 @@
+"""course_utils.launch: results, bad inputs, and failures that must never hang."""
+import os
+import sys
+import time
+
+import pytest
+
+import workers
+from course_utils import launch
+from course_utils.launch import CommandError, WorkerError
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def pids_in(folder) -> list[int]:
+    return [int(p.read_text()) for p in folder.iterdir()]
+
+
+def wait_gone(pids, within_s=5.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def test_returns_each_ranks_value_in_rank_order(capsys):
+    out = launch.run(workers.rank_and_sum, 2)
+    assert [r["rank"] for r in out] == [0, 1]
+    assert all(r["world"] == 2 and r["sum"] == 1.0 for r in out)
+    assert out[0]["pid"] != out[1]["pid"] != os.getpid()
+    assert capsys.readouterr().out == "[rank 0] hello from rank 0\n[rank 1] hello from rank 1\n"
+
+
+def test_world_size_one_and_three():
+    assert [r["sum"] for r in launch.run(workers.rank_and_sum, 1, output="none")] == [0.0]
+    assert [r["sum"] for r in launch.run(workers.rank_and_sum, 3, output="none")] == [3.0] * 3
+
+
+def test_output_rank0_only(capsys):
+    launch.run(workers.rank_and_sum, 2, output="rank0")
+    assert capsys.readouterr().out == "[rank 0] hello from rank 0\n"
+
+
+def test_no_process_group_sets_torchrun_environment():
+    assert launch.run(workers.no_group, 2, backend=None) == [(False, "127.0.0.1", 2)] * 2
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 1.5, "2", True])
+def test_bad_world_size(world_size):
+    with pytest.raises(ValueError, match="world_size must be an integer >= 1"):
+        launch.run(workers.rank_and_sum, world_size)
+
+
+def test_not_callable():
+    with pytest.raises(ValueError, match="worker must be a function"):
+        launch.run("rank_and_sum", 2)
+
+
+def test_function_from_the_notebook_gets_a_clear_error():
+    def local(rank, world_size):
+        return rank
+
+    with pytest.raises(ValueError, match="%%writefile"):
+        launch.run(local, 2)
+    with pytest.raises(ValueError, match="lambda or nested"):
+        launch.run(lambda r, w: r, 2)
+    main_fn = type(local)(local.__code__, {"__name__": "__main__"}, "main_fn")
+    main_fn.__module__, main_fn.__qualname__ = "__main__", "main_fn"
+    with pytest.raises(ValueError, match="module __main__"):
+        launch.run(main_fn, 2)
+
+
+@pytest.mark.parametrize("backend,msg", [("mpi", "'gloo' \\(CPU\\) or 'nccl'"),
+                                          ("nccl", "needs CUDA GPUs|not available")])
+def test_unavailable_backend(backend, msg):
+    with pytest.raises(ValueError, match=msg):
+        launch.run(workers.rank_and_sum, 2, backend=backend)
+
+
+def test_fork_is_refused():
+    with pytest.raises(ValueError, match="deadlocks"):
+        launch.run(workers.rank_and_sum, 2, start_method="fork")
+
+
+def test_worker_exception_is_reraised_with_its_traceback():
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        launch.run(workers.raises, 2, timeout_s=60)
+    assert time.monotonic() - start < 10  # rank 0 was stuck in a barrier: killed, not awaited
+    err = info.value
+    assert err.rank == 1  # the root cause, not rank 0's "connection closed" that follows it
+    assert "KeyError: 'boom in rank 1'" in str(err)
+    assert 'workers.py", line' in err.remote_traceback and "raises" in err.remote_traceback
+
+
+def test_rank_killed_mid_collective_fails_fast_and_leaves_no_process(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match="rank 1 killed by SIGKILL"):
+        launch.run(workers.killed_mid_collective, 2, args=(str(tmp_path),), timeout_s=120)
+    assert time.monotonic() - start < 30
+    pids = pids_in(tmp_path)
+    assert len(pids) == 2
+    assert wait_gone(pids) == []
+
+
+def test_hung_rank_hits_the_wall_clock_timeout_and_is_reaped(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"timed out after 3 s; ranks \[0\]"):
+        launch.run(workers.hangs, 2, args=(str(tmp_path),), timeout_s=3)
+    assert time.monotonic() - start < 15
+    assert wait_gone(pids_in(tmp_path)) == []
+
+
+def test_bad_output_and_timeouts():
+    with pytest.raises(ValueError, match="output must be"):
+        launch.run(workers.rank_and_sum, 2, output="rank1")
+    with pytest.raises(ValueError, match="positive"):
+        launch.run(workers.rank_and_sum, 2, timeout_s=0)
+
+
+def test_run_command_timeout_kills_the_whole_process_tree(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(3600)']); open(sys.argv[1], 'w').write(str(p.pid)); time.sleep(3600)")
+    with pytest.raises(CommandError, match="timed out after 2 s"):
+        launch.run_command([sys.executable, "-c", code, str(pidfile)], timeout_s=2)
+    assert wait_gone([int(pidfile.read_text())]) == []
+
+
+def test_run_command_failure_shows_the_output():
+    with pytest.raises(CommandError, match="(?s)exit code 3.*to stdout"):
+        launch.run_command([sys.executable, "-c", "print('to stdout'); raise SystemExit(3)"])
+
+
+def test_torchrun_runs_a_script_and_shows_rank0(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "from datetime import timedelta\n"
+        "dist.init_process_group('gloo', timeout=timedelta(seconds=30))\n"
+        "t = torch.tensor([float(dist.get_rank())]); dist.all_reduce(t)\n"
+        "print(f'rank {dist.get_rank()} of {dist.get_world_size()} sum {t.item()}', flush=True)\n"
+        "dist.destroy_process_group()\n")
+    out = launch.torchrun(script, nproc_per_node=2, timeout_s=90)
+    assert "rank 0 of 2 sum 1.0" in out
+    assert "rank 1 of 2" not in out
+    with pytest.raises(ValueError, match="no script"):
+        launch.torchrun(tmp_path / "missing.py")

@@ -79,6 +79,20 @@ def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]
     return env
 
 
+def workdir(path: str | os.PathLike = "work") -> Path:
+    """Create the folder notebooks write their worker modules into, and make it importable.
+
+    Launched processes can only run functions they can import, so a notebook writes its workers
+    with ``%%writefile work/name.py`` and imports them from there. The folder is git-ignored.
+    """
+    folder = Path(path).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    importlib.invalidate_caches()
+    return folder
+
+
 # --------------------------------------------------------------------------------------------
 # run(): N processes in one process group
 # --------------------------------------------------------------------------------------------
@@ -111,7 +125,7 @@ def _ref_for(worker: Callable) -> _WorkerRef:
             "Put it at the top level of a module file and import it from there, e.g. in a cell:\n"
             "    %%writefile work/my_worker.py\n"
             "    def my_worker(rank, world_size): ...\n"
-            "then `import sys; sys.path.insert(0, 'work'); from my_worker import my_worker`."
+            "then `from my_worker import my_worker` (course_utils.launch.workdir() makes work/ importable)."
         )
     file = getattr(sys.modules.get(module), "__file__", None)
     return _WorkerRef(module, os.path.abspath(file) if file else None, qualname)

@@ -78,12 +78,15 @@ def matmul_gflops(n: int, seconds: float) -> float:
 
 
 def allreduce_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], repeats: int = 10,
-                     warmup: int = 3, device: str = "cpu") -> list[dict]:
+                     warmup: int = 3, device: str = "cpu", stat: str = "median") -> list[dict]:
     """Launched worker: time ``dist.all_reduce`` for each message size (float32 tensors).
 
-    Returns, on every rank, one row per size: bytes, median seconds (the max over ranks of each
-    rank's median, since a collective is as slow as its slowest rank), algbw and busbw in B/s.
+    Returns, on every rank, one row per size: bytes, seconds (each rank's ``stat`` of its samples,
+    then the max over ranks, since a collective is as slow as its slowest rank), algbw and busbw in
+    B/s. ``stat="best"`` (the minimum) suits a shared, noisy machine, where noise only ever adds time.
     """
+    if stat not in ("median", "best"):
+        raise ValueError(f"stat must be 'median' or 'best', not {stat!r}")
     import torch
     import torch.distributed as dist
 
@@ -96,7 +99,8 @@ def allreduce_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], rep
         def step():
             dist.all_reduce(x)
 
-        t = torch.tensor([time_fn(step, repeats=repeats, warmup=warmup, device=device).median])
+        timing = time_fn(step, repeats=repeats, warmup=warmup, device=device)
+        t = torch.tensor([timing.best if stat == "best" else timing.median])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         algbw, busbw = bus_bandwidth(x.numel() * 4, t.item(), world_size)
         rows.append({"bytes": x.numel() * 4, "seconds": t.item(), "algbw": algbw, "busbw": busbw})

@@ -88,13 +88,16 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], n: int) ->
 
 
 def data_parallel_step_time(compute_s: float, grad_bytes: float, n: int, alpha: float,
-                            beta: float, overlap: float = 0.0) -> float:
+                            beta: float, overlap: float = 0.0, messages: int = 1) -> float:
     """Step time (s) of data parallel training on ``n`` ranks with a fixed global batch.
 
-    Compute splits ``n`` ways; the gradient all-reduce does not, and ``overlap`` (0..1) of it can
-    hide behind the backward pass.
+    Compute splits ``n`` ways; the gradient all-reduce does not. The gradients travel in
+    ``messages`` all-reduces (one per parameter tensor when done naively; a few buckets in DDP),
+    each paying the latency; ``overlap`` (0..1) of the communication hides behind the backward pass.
     """
-    comm = float(ring_allreduce_time(grad_bytes, n, alpha, beta))
+    if messages < 1:
+        raise ValueError("messages must be >= 1")
+    comm = float(ring_allreduce_time(grad_bytes / messages, n, alpha, beta)) * messages
     return compute_s / n + (1.0 - overlap) * comm
 
 

@@ -56,3 +56,10 @@ def test_memory_per_param_and_bubble():
 def test_data_parallel_step_time():
     assert cm.data_parallel_step_time(1.0, 0, 4, 0.0, 1.0) == pytest.approx(0.25)
     assert cm.data_parallel_step_time(1.0, 100, 2, 0.0, 0.01, overlap=1.0) == pytest.approx(0.5)
+
+
+def test_more_messages_pay_more_latency():
+    one = cm.data_parallel_step_time(0.0, 1000, 4, 1.0, 0.0, messages=1)
+    assert cm.data_parallel_step_time(0.0, 1000, 4, 1.0, 0.0, messages=5) == pytest.approx(5 * one)
+    with pytest.raises(ValueError):
+        cm.data_parallel_step_time(1.0, 10, 2, 0.0, 0.0, messages=0)

@@ -10,7 +10,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # pip prints a warning per package for this machine's local mirror; hide only those lines
-QUIET_PIP := grep -v "^WARNING: Location 'file://" || true
+# (grouped so that grep finding nothing is fine while pipefail still reports a failing pip)
+QUIET_PIP := { grep -v "^WARNING: Location 'file://" || true; }
 # Strict nbval: every output compared, after notebooks/sanitize.cfg; CPU profile = stored outputs
 NBVAL := COURSE_PROFILE=cpu $(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=240 \
          --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
@@ -27,7 +28,6 @@ help:
 $(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (the course is built and tested on Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip 2>&1 | $(QUIET_PIP)
 	$(PY) -m pip install -q -r requirements.txt 2>&1 | $(QUIET_PIP)
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | $(QUIET_PIP)
 	touch $(STAMP)

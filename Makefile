@@ -16,6 +16,8 @@ QUIET_PIP := { grep -v "^WARNING: Location 'file://" || true; }
 NBVAL := COURSE_PROFILE=cpu $(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=240 \
          --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
 PORT ?= 8888
+# Jupyter refuses to run as root (containers, CI machines) unless told it is intended
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: help venv lab test test-unit test-notebooks test-exercises student outputs clean
 
@@ -36,7 +38,7 @@ venv: $(STAMP)
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=. \
-	  --LabApp.default_url=/lab/tree/notebooks/00_setup_and_hardware.ipynb $(LAB_ARGS)
+	  --LabApp.default_url=/lab/tree/notebooks/00_setup_and_hardware.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)
 	$(MAKE) --no-print-directory test-unit test-notebooks test-exercises

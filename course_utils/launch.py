@@ -13,7 +13,8 @@ that keep distributed code from hanging a notebook or CI:
 - the process group has a timeout, the whole call has a wall-clock timeout, and when one rank
   raises, dies or hangs, all ranks are killed and reaped and the call fails within seconds.
 
-``torchrun(script)`` and ``run_command(cmd)`` run a script as a subprocess under the same rules.
+``torchrun(script)`` and ``run_command(cmd)`` (from :mod:`course_utils.scripts`, re-exported
+here) run a script as a subprocess under the same rules.
 
 Torch is imported only inside the worker processes and in the functions that need it, so this
 module imports with no framework installed.
@@ -27,8 +28,6 @@ import multiprocessing.connection
 import os
 import pickle
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,10 +37,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .scripts import LOCALHOST, CommandError, free_port, run_command, safe_env, torchrun  # noqa: F401
+
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo"]
 """Modules the forkserver imports once, so that each worker starts in ~0.1 s instead of ~2 s."""
-
-LOCALHOST = "127.0.0.1"
 
 
 class WorkerError(RuntimeError):
@@ -51,32 +50,6 @@ class WorkerError(RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.remote_traceback = remote_traceback
-
-
-def free_port(host: str = LOCALHOST) -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]:
-    """Environment variables that keep distributed runs on loopback and quiet.
-
-    ``threads`` is the OpenMP/MKL thread count per process (1 rank per core is the rule on CPU).
-    """
-    env = {
-        "MASTER_ADDR": LOCALHOST,
-        "GLOO_SOCKET_IFNAME": "lo",
-        "OMP_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONUNBUFFERED": "1",
-        "TORCH_CPP_LOG_LEVEL": "ERROR",
-    }
-    if master_port is not None:
-        env["MASTER_PORT"] = str(master_port)
-    return env
 
 
 def workdir(path: str | os.PathLike = "work") -> Path:
@@ -139,8 +112,10 @@ def _check_backend(backend: str, world_size: int) -> None:
         raise ValueError(f"backend must be 'gloo' (CPU) or 'nccl' (GPU), not {backend!r}")
     if not dist.is_available() or not dist.is_backend_available(backend):
         raise ValueError(f"backend {backend!r} is not available in this PyTorch build; use 'gloo'")
-    if backend == "nccl" and torch.cuda.device_count() == 0:
-        raise ValueError("backend 'nccl' needs CUDA GPUs and none is visible; use backend='gloo' on CPU")
+    if backend == "nccl" and torch.cuda.device_count() < world_size:
+        raise ValueError(
+            f"backend 'nccl' needs one CUDA GPU per rank: world_size={world_size} but "
+            f"{torch.cuda.device_count()} GPU(s) visible; use fewer ranks, or backend='gloo'")
 
 
 def _entry(ref: _WorkerRef, rank: int, world_size: int, args: tuple, kwargs: dict,
@@ -364,65 +339,3 @@ def _collect(procs, conns, logs, timeout_s: float, grace_s: float = 1.0) -> list
             "the same collectives in the same order, or one rank is much slower.\n"
             + "".join(f"--- rank {r} output (tail) ---\n{_tail(logs[r])}\n" for r in running))
     return [results[r] for r in range(len(procs))]
-
-
-# --------------------------------------------------------------------------------------------
-# Subprocesses: torchrun and any other command
-# --------------------------------------------------------------------------------------------
-class CommandError(RuntimeError):
-    """A subprocess failed or timed out; the message carries the tail of its output."""
-
-
-def run_command(cmd: Sequence[str], *, timeout_s: float = 120.0, env: dict[str, str] | None = None,
-                cwd: str | os.PathLike | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in its own session with :func:`safe_env` added, capture stdout+stderr as text.
-
-    On timeout the whole process group (the command and everything it started) is killed and
-    reaped, and :class:`CommandError` is raised. With ``check`` a non-zero exit raises too.
-    """
-    full_env = {**os.environ, **safe_env(), **(env or {})}
-    proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, env=full_env, cwd=cwd,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise CommandError(f"{' '.join(map(str, cmd))!r} timed out after {timeout_s:g} s and was "
-                           f"killed with its children.\n--- output (tail) ---\n{_last(out)}") from None
-    finally:
-        try:  # reap anything the command left behind in its session
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
-    if check and proc.returncode != 0:
-        raise CommandError(f"{' '.join(map(str, cmd))!r} failed with exit code {proc.returncode}."
-                           f"\n--- output (tail) ---\n{_last(out)}")
-    return result
-
-
-def _last(text: str, lines: int = 30) -> str:
-    return "\n".join((text or "").rstrip().splitlines()[-lines:])
-
-
-def torchrun(script: str | os.PathLike, *script_args: str, nproc_per_node: int = 2,
-             timeout_s: float = 120.0, ranks: str = "0", threads_per_rank: int = 1,
-             extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> str:
-    """Run ``script`` under ``torchrun --standalone`` on this machine and return its output.
-
-    ``ranks`` is torchrun's ``--local-ranks-filter``: "0" shows rank 0 only (default), "0,1" both,
-    "" all ranks. Output lines are prefixed by torchrun with ``[default<rank>]:``.
-    Raises :class:`CommandError` (with the output tail) on failure or timeout.
-    """
-    if not Path(script).is_file():
-        raise ValueError(f"no script at {script!r}; write it first (e.g. with %%writefile)")
-    if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-        raise ValueError(f"nproc_per_node must be an integer >= 1, got {nproc_per_node!r}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--local-addr={LOCALHOST}", f"--nproc-per-node={nproc_per_node}",
-           "--tee=3", *([f"--local-ranks-filter={ranks}"] if ranks else []), *extra_args,
-           str(script), *script_args]
-    full_env = {**safe_env(threads_per_rank), **(env or {})}
-    return run_command(cmd, timeout_s=timeout_s, env=full_env).stdout

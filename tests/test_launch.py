@@ -77,7 +77,7 @@ def test_function_from_the_notebook_gets_a_clear_error():
 
 
 @pytest.mark.parametrize("backend,msg", [("mpi", "'gloo' \\(CPU\\) or 'nccl'"),
-                                          ("nccl", "needs CUDA GPUs|not available")])
+                                          ("nccl", "one CUDA GPU per rank|not available")])
 def test_unavailable_backend(backend, msg):
     with pytest.raises(ValueError, match=msg):
         launch.run(workers.rank_and_sum, 2, backend=backend)

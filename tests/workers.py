@@ -17,7 +17,6 @@ def rank_and_sum(rank, world_size):
 def raises(rank, world_size):
     if rank == 1:
         raise KeyError("boom in rank 1")
-    import torch
     import torch.distributed as dist
 
     dist.barrier()  # rank 0 waits here for rank 1, which never arrives

@@ -1,0 +1,31 @@
+"""Running the seed articles' code where it fails, so the failure is shown *and* checked.
+
+``with expect_error(TypeError): <the seed's code>`` runs the code unchanged, prints the error it
+raises and the line that raised it, and fails with an AssertionError if no such error happens. A
+notebook then stores a printed error instead of a traceback, so it also runs under papermill, which
+stops at any stored error.
+"""
+from __future__ import annotations
+
+import traceback
+from contextlib import contextmanager
+from typing import Iterator
+
+
+@contextmanager
+def expect_error(*errors: type[BaseException]) -> Iterator[None]:
+    """Run the block; it must raise one of ``errors``. Print ``Type: message`` and the failing line."""
+    if not errors:
+        raise ValueError("name the exception type(s) the code is expected to raise")
+    try:
+        yield
+    except errors as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        line = next((f.line for f in reversed(frames) if "site-packages" not in f.filename
+                     and "course_utils" not in f.filename), None)
+        print(f"{type(exc).__name__}: {exc}")
+        if line:
+            print(f"  raised by: {line}")
+    else:
+        names = " or ".join(e.__name__ for e in errors)
+        raise AssertionError(f"expected the code to raise {names}, but it ran without error")

@@ -4,14 +4,17 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 (not TensorFlow, Keras or JAX, and not even PyTorch). Each module imports its framework itself:
 
 - ``hardware``   cores, GPUs, bf16 support, the size profile, seeding, an environment report
-- ``launch``     run a worker on N local processes (gloo/NCCL), run torchrun or any script safely
+- ``launch``     run a worker on N local processes (gloo/NCCL) and get each rank's result back
+- ``scripts``    run a command or a torchrun job as a subprocess that is always reaped
 - ``tfdevices``  split the CPU into N logical TensorFlow devices
 - ``data``       synthetic and bundled datasets as NumPy arrays
 - ``models``     the few small PyTorch models used across chapters
+- ``dataparallel`` data parallel training from scratch (gradient averaging), a launchable worker
 - ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw)
 - ``costmodel``  alpha-beta communication model, Amdahl, memory per parameter, pipeline bubble
 - ``plots``      one consistent figure style
 - ``exercises``  helpful assertions for the autograded exercises
+- ``seedcode``   ``expect_error``: run a seed article's failing code, show and check the failure
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import platform
 import random
 import sys
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 PROFILES = ("cpu", "gpu")
 PROFILE_ENV = "COURSE_PROFILE"
@@ -35,6 +36,18 @@ def memory_gib() -> float | None:
     except OSError:
         pass
     return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def cpu_flags() -> set[str]:
@@ -100,7 +113,10 @@ def profile() -> str:
     return "gpu" if gpus() else "cpu"
 
 
-def by_profile(*, cpu, gpu):
+T = TypeVar("T")
+
+
+def by_profile(*, cpu: T, gpu: T) -> T:
     """Pick the value for the current profile: ``by_profile(cpu=512, gpu=65536)``."""
     return {"cpu": cpu, "gpu": gpu}[profile()]
 
@@ -137,6 +153,7 @@ class Report:
 
     python: str
     platform: str
+    cpu_model: str
     cpu_cores: int
     memory_gib: float | None
     cpu_bf16: bool
@@ -149,6 +166,7 @@ class Report:
         rows = [
             ("python", self.python),
             ("platform", self.platform),
+            ("CPU", self.cpu_model),
             ("CPU cores", str(self.cpu_cores)),
             ("memory", mem),
             ("CPU bf16", "native" if self.cpu_bf16 else "emulated (slow)"),
@@ -165,6 +183,7 @@ def report() -> Report:
     return Report(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
+        cpu_model=cpu_model(),
         cpu_cores=cpu_cores(),
         memory_gib=memory_gib(),
         cpu_bf16=bf16_supported("cpu"),

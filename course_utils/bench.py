@@ -37,11 +37,6 @@ class Timing:
     def best(self) -> float:
         return min(self.samples)
 
-    @property
-    def spread(self) -> float:
-        """(max - min) / median: how noisy the measurement was."""
-        return (max(self.samples) - min(self.samples)) / self.median
-
     def __str__(self) -> str:
         return f"median {self.median * 1e3:.3f} ms (best {self.best * 1e3:.3f} ms, n={len(self.samples)})"
 

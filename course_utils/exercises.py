@@ -5,7 +5,6 @@ which value was wrong, what was expected and a hint, instead of a bare ``Asserti
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -47,9 +46,3 @@ def check(condition: bool, message: str) -> None:
     if not condition:
         raise AssertionError(message)
 
-
-def check_finite(value: float, name: str) -> None:
-    """Fail unless ``value`` is a finite number."""
-    check_answered(value, name)
-    if not math.isfinite(float(value)):
-        raise AssertionError(f"`{name}` is {value!r}; expected a finite number.")

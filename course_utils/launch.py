@@ -37,7 +37,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .scripts import LOCALHOST, CommandError, free_port, run_command, safe_env, torchrun  # noqa: F401
+from .scripts import (LOCALHOST, CommandError, free_port, run_command, run_commands, safe_env,  # noqa: F401
+                      torchrun, torchrun_nodes)
 
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo"]
 """Modules the forkserver imports once, so that each worker starts in ~0.1 s instead of ~2 s."""

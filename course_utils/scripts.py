@@ -2,7 +2,8 @@
 
 ``run_command(cmd)`` starts ``cmd`` in its own session with a safe environment (127.0.0.1, gloo on
 loopback, one thread, quiet TensorFlow), captures its output, and on a timeout kills the whole
-process tree. ``torchrun(script)`` runs a script under ``torchrun --standalone`` that way.
+process tree. ``torchrun(script)`` runs a script under ``torchrun --standalone`` that way;
+``torchrun_nodes(script, nnodes=2)`` runs it as a multi-node job whose "nodes" are local processes.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -82,6 +85,17 @@ def _last(text: str, lines: int = 30) -> str:
     return "\n".join((text or "").rstrip().splitlines()[-lines:])
 
 
+def _torchrun_cmd(launch_args: Sequence[str], script: str | os.PathLike, script_args: Sequence[str],
+                  nproc_per_node: int, ranks: str, extra_args: Sequence[str]) -> list[str]:
+    if not Path(script).is_file():
+        raise ValueError(f"no script at {script!r}; write it first (e.g. with %%writefile)")
+    if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be an integer >= 1, got {nproc_per_node!r}")
+    return [sys.executable, "-m", "torch.distributed.run", *launch_args, f"--local-addr={LOCALHOST}",
+            f"--nproc-per-node={nproc_per_node}", "--tee=3",
+            *([f"--local-ranks-filter={ranks}"] if ranks else []), *extra_args, str(script), *script_args]
+
+
 def torchrun(script: str | os.PathLike, *script_args: str, nproc_per_node: int = 2,
              timeout_s: float = 120.0, ranks: str = "0", threads_per_rank: int = 1,
              extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> str:
@@ -91,13 +105,75 @@ def torchrun(script: str | os.PathLike, *script_args: str, nproc_per_node: int =
     "" all ranks. Output lines are prefixed by torchrun with ``[default<rank>]:``.
     Raises :class:`CommandError` (with the output tail) on failure or timeout.
     """
-    if not Path(script).is_file():
-        raise ValueError(f"no script at {script!r}; write it first (e.g. with %%writefile)")
-    if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-        raise ValueError(f"nproc_per_node must be an integer >= 1, got {nproc_per_node!r}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--local-addr={LOCALHOST}", f"--nproc-per-node={nproc_per_node}",
-           "--tee=3", *([f"--local-ranks-filter={ranks}"] if ranks else []), *extra_args,
-           str(script), *script_args]
+    cmd = _torchrun_cmd(["--standalone"], script, script_args, nproc_per_node, ranks, extra_args)
     full_env = {**safe_env(threads_per_rank), **(env or {})}
     return run_command(cmd, timeout_s=timeout_s, env=full_env).stdout
+
+
+def torchrun_nodes(script: str | os.PathLike, *script_args: str, nnodes: int = 2, nproc_per_node: int = 1,
+                   timeout_s: float = 120.0, join_timeout_s: float = 30.0, ranks: str = "",
+                   threads_per_rank: int = 1, extra_args: Sequence[str] = (),
+                   env: dict[str, str] | None = None) -> list[str]:
+    """Simulate ``nnodes`` machines on localhost: one torchrun agent per "node", all meeting at a
+    c10d rendezvous on 127.0.0.1:<free port> — the exact flags a multi-node job uses, with the
+    head node's address replaced by loopback. Returns each agent's output, in the order the agents
+were started (the rendezvous, not that order, decides which agent becomes node 0).
+
+    ``join_timeout_s`` is how long the agents wait for every node to join before giving up.
+    If one agent fails or the timeout passes, all agents are killed and :class:`CommandError` raised.
+    """
+    if not isinstance(nnodes, int) or nnodes < 1:
+        raise ValueError(f"nnodes must be an integer >= 1, got {nnodes!r}")
+    rdzv = ["--nnodes", str(nnodes), "--rdzv-backend=c10d", f"--rdzv-endpoint={LOCALHOST}:{free_port()}",
+            f"--rdzv-id=course-{os.getpid()}", f"--rdzv-conf=join_timeout={join_timeout_s:g}"]
+    cmds = [_torchrun_cmd(rdzv, script, script_args, nproc_per_node, ranks, extra_args)] * nnodes
+    full_env = {**safe_env(threads_per_rank), **(env or {})}
+    return [r.stdout for r in run_commands(cmds, timeout_s=timeout_s, env=full_env)]
+
+
+def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env: dict[str, str] | None = None,
+                 cwd: str | os.PathLike | None = None, check: bool = True) -> list[subprocess.CompletedProcess]:
+    """Run several commands at once (each in its own session, as :func:`run_command` does).
+
+    With ``check``, the first command that fails makes the others be killed, and
+    :class:`CommandError` names it; on timeout all are killed. Every process tree is reaped.
+    """
+    full_env = {**os.environ, **safe_env(), **(env or {})}
+    logs = [tempfile.TemporaryFile("w+") for _ in cmds]
+    procs = [subprocess.Popen(list(map(str, c)), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              text=True, env=full_env, cwd=cwd, start_new_session=True) for c, log in zip(cmds, logs)]
+    deadline = time.monotonic() + timeout_s
+    failed: int | None = None
+    timed_out = False
+    try:
+        while [p.poll() for p in procs].count(None):
+            bad = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+            if check and bad:
+                failed = bad[0]
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+    outs = []
+    for log in logs:
+        log.seek(0)
+        outs.append(log.read())
+        log.close()
+    if timed_out:
+        raise CommandError(f"{len(cmds)} commands timed out after {timeout_s:g} s and were killed.\n"
+                           + "".join(f"--- command {i} output (tail) ---\n{_last(o)}\n" for i, o in enumerate(outs)))
+    if failed is None and check:
+        failed = next((i for i, p in enumerate(procs) if p.returncode != 0), None)
+    if failed is not None:
+        raise CommandError(f"command {failed} {' '.join(map(str, cmds[failed]))!r} failed with exit code "
+                           f"{procs[failed].returncode}; the others were stopped.\n--- output (tail) ---\n"
+                           f"{_last(outs[failed])}")
+    return [subprocess.CompletedProcess(p.args, p.returncode, o, "") for p, o in zip(procs, outs)]

@@ -152,3 +152,36 @@ def test_torchrun_runs_a_script_and_shows_rank0(tmp_path):
     assert "rank 1 of 2" not in out
     with pytest.raises(ValueError, match="no script"):
         launch.torchrun(tmp_path / "missing.py")
+
+
+def test_run_commands_runs_concurrently_and_stops_the_rest_when_one_fails():
+    start = time.monotonic()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with pytest.raises(CommandError, match="(?s)command 1 .*exit code 4.*the others were stopped.*boom"):
+        launch.run_commands([sleeper, [sys.executable, "-c", "print('boom'); raise SystemExit(4)"]], timeout_s=30)
+    assert time.monotonic() - start < 20
+    out = launch.run_commands([[sys.executable, "-c", f"print({i})"] for i in range(3)])
+    assert [r.stdout.strip() for r in out] == ["0", "1", "2"]
+
+
+def test_run_commands_timeout_kills_all():
+    sleeper = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    with pytest.raises(CommandError, match="(?s)timed out after 3 s.*started"):
+        launch.run_commands([sleeper, sleeper], timeout_s=3)
+
+
+def test_torchrun_nodes_forms_one_job_from_two_local_nodes(tmp_path):
+    script = tmp_path / "nodes.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "from datetime import timedelta\n"
+        "dist.init_process_group('gloo', timeout=timedelta(seconds=30))\n"
+        "t = torch.tensor([float(dist.get_rank())]); dist.all_reduce(t)\n"
+        "print(f\"node {os.environ['GROUP_RANK']} rank {dist.get_rank()} of {dist.get_world_size()} sum {t.item()}\")\n"
+        "dist.destroy_process_group()\n")
+    outs = launch.torchrun_nodes(script, nnodes=2, nproc_per_node=1, timeout_s=90)
+    assert len(outs) == 2
+    lines = sorted(line.split(":", 1)[1] for out in outs for line in out.splitlines() if "sum" in line)
+    assert lines == ["node 0 rank 0 of 2 sum 1.0", "node 1 rank 1 of 2 sum 1.0"]
+    with pytest.raises(ValueError, match="nnodes"):
+        launch.torchrun_nodes(script, nnodes=0)

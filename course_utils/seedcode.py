@@ -4,10 +4,16 @@
 raises and the line that raised it, and fails with an AssertionError if no such error happens. A
 notebook then stores a printed error instead of a traceback, so it also runs under papermill, which
 stops at any stored error.
+
+``with expect_warning(FutureWarning) as caught: <the seed's code>`` does the same for a deprecated
+API that still runs: it prints every warning the block raised (category and message, one per line,
+without the file paths that differ between machines) and fails if none of them is of the expected
+categories. ``caught`` is the list of ``warnings.WarningMessage`` for further checks.
 """
 from __future__ import annotations
 
 import traceback
+import warnings
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -29,3 +35,19 @@ def expect_error(*errors: type[BaseException]) -> Iterator[None]:
     else:
         names = " or ".join(e.__name__ for e in errors)
         raise AssertionError(f"expected the code to raise {names}, but it ran without error")
+
+
+@contextmanager
+def expect_warning(*categories: type[Warning]) -> Iterator[list[warnings.WarningMessage]]:
+    """Run the block; it must warn with one of ``categories``. Print each ``Category: message``."""
+    if not categories:
+        raise ValueError("name the warning category (or categories) the code is expected to raise")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+    for w in caught:
+        print(f"{w.category.__name__}: {w.message}")
+    if not any(issubclass(w.category, categories) for w in caught):
+        names = " or ".join(c.__name__ for c in categories)
+        raise AssertionError(f"expected the code to warn with {names}, but it warned with "
+                             f"{[w.category.__name__ for w in caught] or 'nothing'}")

@@ -1,6 +1,8 @@
 import pytest
 
-from course_utils.seedcode import expect_error
+import warnings
+
+from course_utils.seedcode import expect_error, expect_warning
 
 
 def test_shows_the_expected_error_and_the_line(capsys):
@@ -22,4 +24,24 @@ def test_other_errors_pass_through_and_types_are_required():
             raise ValueError("not the expected one")
     with pytest.raises(ValueError, match="name the exception"):
         with expect_error():
+            pass
+
+
+def test_expect_warning_prints_every_warning_and_checks_the_category(capsys):
+    with expect_warning(FutureWarning) as caught:
+        warnings.warn("old API, use the new one", FutureWarning, stacklevel=1)
+        warnings.warn("and something else", UserWarning, stacklevel=1)
+    assert [w.category for w in caught] == [FutureWarning, UserWarning]
+    assert capsys.readouterr().out == "FutureWarning: old API, use the new one\nUserWarning: and something else\n"
+
+
+def test_expect_warning_fails_without_the_expected_category():
+    with pytest.raises(AssertionError, match="warn with FutureWarning, but it warned with \\['UserWarning'\\]"):
+        with expect_warning(FutureWarning):
+            warnings.warn("not deprecated", UserWarning, stacklevel=1)
+    with pytest.raises(AssertionError, match="but it warned with nothing"):
+        with expect_warning(DeprecationWarning):
+            pass
+    with pytest.raises(ValueError, match="name the warning category"):
+        with expect_warning():
             pass

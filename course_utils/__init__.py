@@ -11,7 +11,7 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``models``     the few small PyTorch models used across chapters
 - ``dataparallel`` data parallel training from scratch (gradient averaging), a launchable worker
 - ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw)
-- ``costmodel``  alpha-beta communication model, Amdahl, memory per parameter, pipeline bubble
+- ``costmodel``  alpha-beta communication model, Amdahl, memory per parameter and per ZeRO stage, pipeline bubble
 - ``plots``      one consistent figure style
 - ``exercises``  helpful assertions for the autograded exercises
 - ``seedcode``   ``expect_error``: run a seed article's failing code, show and check the failure

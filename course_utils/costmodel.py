@@ -123,6 +123,31 @@ def memory_per_param(precision: str = "fp32", optimizer: str = "adam") -> int:
     return sum(BYTES_PER_PARAM[key])
 
 
+ZERO_STAGES = {
+    # stage: which of (weights, gradients, optimizer state) are split across the ranks
+    0: (False, False, False),   # plain data parallel (DDP): everything replicated
+    1: (False, False, True),    # ZeRO-1: optimizer state sharded
+    2: (False, True, True),     # ZeRO-2: + gradients (reduce-scatter instead of all-reduce)
+    3: (True, True, True),      # ZeRO-3 / FSDP: + parameters (all-gathered layer by layer when needed)
+}
+
+
+def zero_bytes_per_rank(n_params: float, world_size: int, stage: int, precision: str = "fp32",
+                        optimizer: str = "adam") -> float:
+    """Bytes of model state (weights, gradients, optimizer state) one rank holds under ZeRO ``stage``.
+
+    Activations and the temporarily gathered parameters of ZeRO-3 are excluded. ``stage`` 0 is DDP.
+    """
+    if stage not in ZERO_STAGES:
+        raise ValueError(f"ZeRO stage must be one of {sorted(ZERO_STAGES)}, got {stage!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    memory_per_param(precision, optimizer)  # validates the combination
+    parts = BYTES_PER_PARAM[(precision, optimizer)]
+    return float(sum(n_params * b / (world_size if sharded else 1)
+                     for b, sharded in zip(parts, ZERO_STAGES[stage])))
+
+
 def pipeline_bubble(stages: int, microbatches: int) -> float:
     """Idle fraction of a GPipe/1F1B pipeline: ``(p - 1) / (m + p - 1)``."""
     if stages < 1 or microbatches < 1:

@@ -63,3 +63,16 @@ def test_more_messages_pay_more_latency():
     assert cm.data_parallel_step_time(0.0, 1000, 4, 1.0, 0.0, messages=5) == pytest.approx(5 * one)
     with pytest.raises(ValueError):
         cm.data_parallel_step_time(1.0, 10, 2, 0.0, 0.0, messages=0)
+
+
+def test_zero_bytes_per_rank_follows_the_zero_paper():
+    # ZeRO paper, Fig. 1: 7.5B params, 64 ranks, mixed precision + Adam (2 + 2 + 12 bytes per param)
+    psi, n = 7.5e9, 64
+    assert cm.zero_bytes_per_rank(psi, n, 0, "amp") == pytest.approx(120e9)
+    assert cm.zero_bytes_per_rank(psi, n, 1, "amp") == pytest.approx(4 * psi + 12 * psi / n)    # 31.4 GB
+    assert cm.zero_bytes_per_rank(psi, n, 2, "amp") == pytest.approx(2 * psi + 14 * psi / n)    # 16.6 GB
+    assert cm.zero_bytes_per_rank(psi, n, 3, "amp") == pytest.approx(16 * psi / n)              # 1.9 GB
+    assert cm.zero_bytes_per_rank(1000, 1, 3) == cm.zero_bytes_per_rank(1000, 1, 0) == 16000
+    for bad in ({"stage": 4}, {"stage": 1, "world_size": 0}, {"stage": 1, "optimizer": "lamb"}):
+        with pytest.raises(ValueError):
+            cm.zero_bytes_per_rank(1000, **{"world_size": 2, **bad})

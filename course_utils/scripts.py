@@ -117,7 +117,7 @@ def torchrun_nodes(script: str | os.PathLike, *script_args: str, nnodes: int = 2
     """Simulate ``nnodes`` machines on localhost: one torchrun agent per "node", all meeting at a
     c10d rendezvous on 127.0.0.1:<free port> — the exact flags a multi-node job uses, with the
     head node's address replaced by loopback. Returns each agent's output, in the order the agents
-were started (the rendezvous, not that order, decides which agent becomes node 0).
+    were started (the rendezvous, not that order, decides which agent becomes node 0).
 
     ``join_timeout_s`` is how long the agents wait for every node to join before giving up.
     If one agent fails or the timeout passes, all agents are killed and :class:`CommandError` raised.

@@ -1,6 +1,8 @@
 """The few small PyTorch models used across chapters."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
 
@@ -28,9 +30,13 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def max_param_diff(a: nn.Module, b: nn.Module) -> float:
-    """Largest absolute difference between matching parameters of two same-shaped models."""
-    pa, pb = list(a.parameters()), list(b.parameters())
+def max_param_diff(a: nn.Module | Sequence[torch.Tensor], b: nn.Module | Sequence[torch.Tensor]) -> float:
+    """Largest absolute difference between matching parameters of two same-shaped models.
+
+    ``a`` and ``b`` are models, or lists of their parameter tensors in the same order (what
+    distributed workers send back).
+    """
+    pa, pb = (list(m.parameters()) if isinstance(m, nn.Module) else list(m) for m in (a, b))
     if len(pa) != len(pb) or any(x.shape != y.shape for x, y in zip(pa, pb)):
         raise ValueError("the two models do not have the same parameter shapes")
     return max((x.detach() - y.detach()).abs().max().item() for x, y in zip(pa, pb))

@@ -64,6 +64,10 @@ def test_models_and_diff():
     assert models.max_param_diff(a, b) == 0
     with pytest.raises(ValueError):
         models.max_param_diff(a, models.mlp([4, 2]))
+    moved = [p.detach() + 0.5 for p in b.parameters()]          # parameter lists, as workers return them
+    assert models.max_param_diff(moved, a) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        models.max_param_diff(moved[:-1], a)
 
 
 def test_time_fn():

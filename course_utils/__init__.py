@@ -6,7 +6,8 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``hardware``   cores, GPUs, bf16 support, the size profile, seeding, an environment report
 - ``launch``     run a worker on N local processes (gloo/NCCL) and get each rank's result back
 - ``scripts``    run a command or a torchrun job as a subprocess that is always reaped
-- ``tfdevices``  split the CPU into N logical TensorFlow devices
+- ``tfdevices``  split the CPU into N logical TensorFlow devices (or use the GPUs)
+- ``tfcluster``  a multi-worker TensorFlow cluster of subprocesses on 127.0.0.1 (TF_CONFIG, reaped)
 - ``data``       synthetic and bundled datasets as NumPy arrays
 - ``models``     the few small PyTorch models used across chapters
 - ``dataparallel`` data parallel training from scratch (gradient averaging), a launchable worker

@@ -46,6 +46,34 @@ def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]
     return env
 
 
+def process_table() -> dict[int, tuple[int, str]]:
+    """``{pid: (parent pid, command line)}`` of every live (not zombie) process. Reads /proc
+    (Linux); elsewhere returns {}."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                continue
+            cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            table[int(stat.parent.name)] = (int(fields[1]), cmd)
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
+def descendants(pid: int | None = None) -> dict[int, str]:
+    """``{pid: command line}`` of every live process below ``pid`` (default: this one).
+
+    A notebook or test can assert that a launch left nothing running: ``assert not descendants()``.
+    """
+    table = process_table()
+    found, frontier = {}, {os.getpid() if pid is None else pid}
+    while frontier:
+        frontier = {child for child, (parent, _) in table.items() if parent in frontier}
+        found.update({child: table[child][1] for child in frontier})
+    return found
+
 
 class CommandError(RuntimeError):
     """A subprocess failed or timed out; the message carries the tail of its output."""
@@ -132,16 +160,23 @@ def torchrun_nodes(script: str | os.PathLike, *script_args: str, nnodes: int = 2
 
 
 def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env: dict[str, str] | None = None,
-                 cwd: str | os.PathLike | None = None, check: bool = True) -> list[subprocess.CompletedProcess]:
+                 envs: Sequence[dict[str, str]] | None = None, cwd: str | os.PathLike | None = None,
+                 check: bool = True) -> list[subprocess.CompletedProcess]:
     """Run several commands at once (each in its own session, as :func:`run_command` does).
 
-    With ``check``, the first command that fails makes the others be killed, and
-    :class:`CommandError` names it; on timeout all are killed. Every process tree is reaped.
+    ``env`` is added to every command's environment, ``envs[i]`` (optional) to command i's only
+    (e.g. each TensorFlow worker's own ``TF_CONFIG``). With ``check``, the first command that fails
+    makes the others be killed, and :class:`CommandError` names it; without it, every command runs
+    to its end and the caller reads the return codes. On timeout all are killed. Every process
+    tree is reaped.
     """
-    full_env = {**os.environ, **safe_env(), **(env or {})}
+    if envs is not None and len(envs) != len(cmds):
+        raise ValueError(f"envs has {len(envs)} entries for {len(cmds)} commands; give one per command")
+    base_env = {**os.environ, **safe_env(), **(env or {})}
     logs = [tempfile.TemporaryFile("w+") for _ in cmds]
     procs = [subprocess.Popen(list(map(str, c)), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              text=True, env=full_env, cwd=cwd, start_new_session=True) for c, log in zip(cmds, logs)]
+                              text=True, env={**base_env, **(envs[i] if envs else {})}, cwd=cwd,
+                              start_new_session=True) for i, (c, log) in enumerate(zip(cmds, logs))]
     deadline = time.monotonic() + timeout_s
     failed: int | None = None
     timed_out = False

@@ -2,7 +2,8 @@
 
 TensorFlow fixes its device list when it first runs an op; after that the split cannot change.
 :func:`logical_cpus` is therefore safe to call again with the same N (a notebook re-run) and
-raises a clear error for a different N. TensorFlow is imported only when it is called.
+raises a clear error for a different N. :func:`replica_devices` is what chapters call: the real
+GPUs where TensorFlow has any, else N logical CPUs. TensorFlow is imported only when they are called.
 """
 from __future__ import annotations
 
@@ -36,3 +37,16 @@ def logical_cpus(n: int) -> list[str]:
                 f"logical_cpus({n}) before any other TensorFlow code."
             ) from exc
     return [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
+def replica_devices(n_cpu: int) -> list[str]:
+    """The devices a strategy should put one replica on: every GPU TensorFlow can use, or, on a
+    machine without one, ``n_cpu`` logical CPUs (see :func:`logical_cpus`; same rules: call it
+    before any other TensorFlow code).
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return [d.name for d in tf.config.list_logical_devices("GPU")]
+    return logical_cpus(n_cpu)

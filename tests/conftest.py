@@ -1,34 +1,15 @@
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
+
+from course_utils.scripts import descendants
 
 sys.path.insert(0, os.path.dirname(__file__))  # so launched workers can import tests/workers.py
 
 # multiprocessing's helpers live as long as pytest itself; everything else must be gone
 HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
-
-
-def descendants(pid: int) -> dict[int, str]:
-    """{pid: command line} of every live, non-zombie process below ``pid``."""
-    parent, cmd = {}, {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if fields[0] == "Z":
-                continue
-            child = int(stat.parent.name)
-            parent[child] = int(fields[1])
-            cmd[child] = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-    found, frontier = {}, {pid}
-    while frontier:
-        frontier = {c for c, p in parent.items() if p in frontier}
-        found.update({c: cmd[c] for c in frontier})
-    return found
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,3 +22,11 @@ def test_logical_cpus_is_idempotent_and_refuses_a_different_split():
         assert "integer >= 1" in str(e)
     else:
         raise AssertionError("logical_cpus(0) should raise")
+
+
+def test_replica_devices_falls_back_to_logical_cpus_without_gpus():
+    code = ("from course_utils.tfdevices import replica_devices\n"
+            "print(replica_devices(3))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert out.stdout.strip() == "['/device:CPU:0', '/device:CPU:1', '/device:CPU:2']", out.stderr[-2000:]

@@ -1,14 +1,15 @@
 """The notebook tier must leave nothing running: no kernel, no worker process, no TensorFlow task.
 
-A worker whose kernel died is re-parented to init, so it is no longer a descendant of pytest; we
-look instead for any process that started during the session and runs something of this checkout.
+Checked when the session ends: every process below pytest (kernels, and what they started), and
+every process that started during the session, runs something of this checkout and was orphaned
+(re-parented to init when its kernel died, so no longer below pytest).
 """
 import time
 from pathlib import Path
 
 import pytest
 
-from course_utils.scripts import process_table
+from course_utils.scripts import descendants, process_table
 
 ROOT = str(Path(__file__).resolve().parents[1])
 _before: set[int] = set()
@@ -21,7 +22,9 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     deadline = time.monotonic() + 10       # kernels and their children get a moment to exit
     while True:
-        left = {pid: cmd for pid, (_, cmd) in process_table().items() if pid not in _before and ROOT in cmd}
+        orphans = {pid: cmd for pid, (parent, cmd) in process_table().items()
+                   if parent == 1 and pid not in _before and ROOT in cmd}
+        left = {**descendants(), **orphans}
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)

@@ -40,13 +40,19 @@ def logical_cpus(n: int) -> list[str]:
 
 
 def replica_devices(n_cpu: int) -> list[str]:
-    """The devices a strategy should put one replica on: every GPU TensorFlow can use, or, on a
-    machine without one, ``n_cpu`` logical CPUs (see :func:`logical_cpus`; same rules: call it
-    before any other TensorFlow code).
+    """The devices a strategy should put one replica on: every GPU TensorFlow can use when it sees
+    two or more (with memory growth on), else ``n_cpu`` logical CPUs — one GPU has nothing to
+    mirror over (see :func:`logical_cpus`; same rules: call it before any other TensorFlow code).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    if tf.config.list_physical_devices("GPU"):
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) >= 2:
+        for gpu in gpus:   # allocate as needed, so worker processes and other frameworks fit beside us
+            try:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            except RuntimeError:   # TF already started (a re-run): the setting stays as it was
+                pass
         return [d.name for d in tf.config.list_logical_devices("GPU")]
     return logical_cpus(n_cpu)

@@ -8,6 +8,7 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``scripts``    run a command or a torchrun job as a subprocess that is always reaped
 - ``tfdevices``  split the CPU into N logical TensorFlow devices (or use the GPUs)
 - ``tfcluster``  a multi-worker TensorFlow cluster of subprocesses on 127.0.0.1 (TF_CONFIG, reaped)
+- ``mxcluster``  an MXNet parameter-server job (scheduler, servers, workers) as reaped subprocesses
 - ``data``       synthetic and bundled datasets as NumPy arrays
 - ``models``     the few small PyTorch models used across chapters
 - ``dataparallel`` data parallel training from scratch (gradient averaging), a launchable worker

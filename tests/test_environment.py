@@ -53,3 +53,41 @@ def test_binder_matches_requirements_with_cpu_torch():
     assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
     assert "COURSE_PROFILE=cpu" in (ROOT / "binder" / "start").read_text()
 
+
+
+MXNET_KERNEL = "course-mxnet"
+
+
+def test_mxnet_environment_is_pinned_to_the_last_release_and_old_numpy():
+    req = requirements(ROOT / "requirements-mxnet.txt")
+    assert req["mxnet"] == "1.9.1"
+    major, minor, *_ = map(int, req["numpy"].split("."))
+    assert (major, minor) < (1, 24), "MXNet 1.9.1 uses np.bool, removed in NumPy 1.24"
+
+
+def test_the_notebooks_that_name_the_mxnet_kernel_are_the_ones_make_runs_with_it():
+    import nbformat
+    named = sorted(f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+                   if nbformat.read(p, as_version=4).metadata["kernelspec"]["name"] == MXNET_KERNEL)
+    makefile = (ROOT / "Makefile").read_text()
+    listed = re.search(r"^MXNET_NOTEBOOKS := (.*)$", makefile, re.M).group(1).split()
+    assert named and named == sorted(listed)
+    assert f"MXKERNEL := {MXNET_KERNEL}" in makefile
+    postbuild = (ROOT / "binder" / "postBuild").read_text()
+    assert "requirements-mxnet.txt" in postbuild and f"--name {MXNET_KERNEL}" in postbuild
+
+
+def test_course_utils_imports_in_the_mxnet_environment():
+    import subprocess
+    python = ROOT / ".venv-mxnet" / "bin" / "python"
+    if not python.exists():
+        import pytest
+        pytest.skip("no .venv-mxnet here: `make venv` creates it (make test always does)")
+    code = ("import course_utils, course_utils.data, course_utils.plots, course_utils.scripts, course_utils.mxcluster, "
+            "course_utils.seedcode, course_utils.hardware as h, mxnet, numpy, sys\n"
+            "assert 'torch' not in sys.modules and 'tensorflow' not in sys.modules\n"
+            "print(mxnet.__version__, numpy.__version__, h.profile())")
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "COURSE_PROFILE": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1.9.1", "1.23.5", "cpu"]

@@ -86,3 +86,4 @@ def test_run_commands_gives_each_command_its_own_environment():
     assert [r.stdout.strip() for r in out] == ["a s", "b s"]
     with pytest.raises(ValueError, match="one per command"):
         run_commands([[sys.executable, "-c", code]] * 2, envs=[{"WHO": "a"}])
+

@@ -15,6 +15,7 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw)
 - ``costmodel``  alpha-beta communication model, Amdahl, memory per parameter and per ZeRO stage, pipeline bubble
 - ``plots``      one consistent figure style
+- ``compare``    how far apart two runs' weights are (NumPy; any framework's arrays)
 - ``exercises``  helpful assertions for the autograded exercises
 - ``seedcode``   ``expect_error``: run a seed article's failing code, show and check the failure
 """

@@ -13,9 +13,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-from .scripts import LOCALHOST, free_port, run_commands
+from .scripts import LOCALHOST, free_port, require_script, run_commands
 
 
 def roles(workers: int, servers: int = 1) -> list[str]:
@@ -36,8 +35,7 @@ def run(script: str | os.PathLike, *script_args: str, workers: int = 2, servers:
     :class:`~course_utils.scripts.CommandError`; so does the timeout. Every process is reaped.
     Workers get their rank from the scheduler, in the order they connect: not by start order.
     """
-    if not Path(script).is_file():
-        raise ValueError(f"no script at {script!r}; write it first (e.g. with %%writefile)")
+    require_script(script)
     order = roles(workers, servers)
     base = {"DMLC_PS_ROOT_URI": LOCALHOST, "DMLC_PS_ROOT_PORT": str(free_port()),
             "DMLC_NUM_SERVER": str(servers), "DMLC_NUM_WORKER": str(workers),

@@ -75,6 +75,12 @@ def descendants(pid: int | None = None) -> dict[int, str]:
     return found
 
 
+def require_script(script: str | os.PathLike) -> None:
+    """Fail with a clear error, before anything is launched, if ``script`` is not a file."""
+    if not Path(script).is_file():
+        raise ValueError(f"no script at {script!r}; write it first (e.g. with %%writefile)")
+
+
 class CommandError(RuntimeError):
     """A subprocess failed or timed out; the message carries the tail of its output."""
 
@@ -115,8 +121,7 @@ def _last(text: str, lines: int = 30) -> str:
 
 def _torchrun_cmd(launch_args: Sequence[str], script: str | os.PathLike, script_args: Sequence[str],
                   nproc_per_node: int, ranks: str, extra_args: Sequence[str]) -> list[str]:
-    if not Path(script).is_file():
-        raise ValueError(f"no script at {script!r}; write it first (e.g. with %%writefile)")
+    require_script(script)
     if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
         raise ValueError(f"nproc_per_node must be an integer >= 1, got {nproc_per_node!r}")
     return [sys.executable, "-m", "torch.distributed.run", *launch_args, f"--local-addr={LOCALHOST}",

@@ -14,10 +14,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-from typing import Sequence
 
-from .scripts import LOCALHOST, free_port, run_commands
+from .scripts import LOCALHOST, free_port, require_script, run_commands
 
 JOBS = ("chief", "worker", "ps", "evaluator")
 
@@ -68,8 +66,7 @@ def run(script: str | os.PathLike, cluster: dict[str, list[str]], *script_args: 
     runs to its end, so you can read how each one ended. ``threads`` is the OpenMP/MKL thread
     count per task. On timeout all tasks are killed and ``CommandError`` is raised.
     """
-    if not Path(script).is_file():
-        raise ValueError(f"no script at {script!r}; write it first (e.g. with %%writefile)")
+    require_script(script)
     order = tasks(cluster)
     envs = [{"TF_CONFIG": tf_config(cluster, job, i)} for job, i in order]
     base = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **(env or {})}

@@ -6,7 +6,7 @@ that the results agree with :func:`max_abs_diff`. For PyTorch modules see
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

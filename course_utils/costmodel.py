@@ -6,8 +6,8 @@ Units: bytes, seconds, bytes/second. The alpha-beta (latency-bandwidth) model sa
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -25,6 +25,7 @@ import importlib
 import importlib.util
 import multiprocessing as mp
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
@@ -32,13 +33,14 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from .scripts import (LOCALHOST, CommandError, free_port, run_command, run_commands, safe_env,  # noqa: F401
-                      torchrun, torchrun_nodes)
+from .progress import Waiting
+from .scripts import LOCALHOST, CommandError, free_port, run_command, run_commands, safe_env, torchrun, torchrun_nodes  # noqa: F401
 
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo"]
 """Modules the forkserver imports once, so that each worker starts in ~0.1 s instead of ~2 s."""
@@ -184,6 +186,17 @@ def _context(start_method: str):
     return ctx
 
 
+def stop_forkserver() -> bool:
+    """Stop the forkserver that :func:`run` keeps warm (it holds a preloaded torch, ~240 MB), e.g.
+    before launching other torch processes on a 1-2 GB machine; the next :func:`run` starts a
+    new one. Returns whether one was running. (Uses the stdlib's own stop, which is private.)"""
+    server = getattr(mp.forkserver, "_forkserver", None)
+    if server is None or getattr(server, "_forkserver_pid", None) is None:
+        return False
+    server._stop()
+    return True
+
+
 def _kill(procs: Sequence[mp.process.BaseProcess], grace_s: float = 5.0) -> None:
     """SIGKILL every live worker (and its process group), then reap them all."""
     for p in procs:
@@ -215,7 +228,7 @@ def _tail(path: str, lines: int = 20) -> str:
 def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None,
         backend: str | None = "gloo", timeout_s: float = 120.0, pg_timeout_s: float = 30.0,
         threads_per_rank: int = 1, start_method: str = "forkserver",
-        output: str = "all") -> list[Any]:
+        output: str = "all", progress: str | None = None) -> list[Any]:
     """Run ``worker(rank, world_size, *args, **kwargs)`` on ``world_size`` local processes.
 
     Returns the workers' return values as a list indexed by rank (they must be picklable).
@@ -228,6 +241,7 @@ def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict
     - ``threads_per_rank``: torch intra-op threads in each worker (1 = one rank per core).
     - ``output``: what to print of each rank's stdout/stderr when it finishes: "all" (grouped by
       rank, in rank order, so the output is deterministic), "rank0", or "none".
+    - ``progress``: a label for a progress bar of finished ranks shown while waiting (long runs).
 
     Raises ``ValueError`` for bad arguments and :class:`WorkerError` if any rank raises, dies or
     outlives ``timeout_s``; in every failure all ranks are killed and reaped before it returns.
@@ -256,7 +270,8 @@ def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict
             send.close()
             procs.append(p)
             conns.append(recv)
-        results = _collect(procs, conns, logs, timeout_s)
+        with Waiting(world_size, progress, unit="rank") as waiting:
+            results = _collect(procs, conns, logs, timeout_s, waiting=waiting)
         for p in procs:  # they sent their results and are exiting; give them a moment
             p.join(2.0)
     finally:
@@ -275,7 +290,7 @@ def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict
     return results
 
 
-def _collect(procs, conns, logs, timeout_s: float, grace_s: float = 1.0) -> list[Any]:
+def _collect(procs, conns, logs, timeout_s: float, grace_s: float = 1.0, waiting: Waiting | None = None) -> list[Any]:
     """Wait for every rank's message; on the first error or death, stop within ``grace_s``.
 
     When one rank fails, its peers usually fail a moment later ("connection closed by peer").
@@ -291,7 +306,7 @@ def _collect(procs, conns, logs, timeout_s: float, grace_s: float = 1.0) -> list
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        ready = mp.connection.wait(list(pending) + list(sentinels), timeout=min(left, 1.0))
+        ready = mp.connection.wait(list(pending) + list(sentinels), timeout=min(left, 0.5))
         for obj in ready:
             if obj not in pending:
                 continue
@@ -302,9 +317,13 @@ def _collect(procs, conns, logs, timeout_s: float, grace_s: float = 1.0) -> list
                 continue
             if status == "ok":
                 results[rank] = pickle.loads(data)
+                if waiting is not None:
+                    waiting.done(len(results))
                 continue
             name, msg, tb, when = pickle.loads(data)
             failures.append((when, rank, f"rank {rank} raised {name}: {msg}", tb))
+        if waiting is not None:
+            waiting.tick()
         for obj in ready:
             rank = sentinels.get(obj)
             if rank is None or conns[rank] in pending and conns[rank].poll():

@@ -1,7 +1,7 @@
 """The few small PyTorch models used across chapters."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -14,8 +14,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+
+from .progress import Waiting
 
 LOCALHOST = "127.0.0.1"
 
@@ -131,22 +133,26 @@ def _torchrun_cmd(launch_args: Sequence[str], script: str | os.PathLike, script_
 
 def torchrun(script: str | os.PathLike, *script_args: str, nproc_per_node: int = 2,
              timeout_s: float = 120.0, ranks: str = "0", threads_per_rank: int = 1,
-             extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> str:
+             extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
+             progress: str | None = None) -> str:
     """Run ``script`` under ``torchrun --standalone`` on this machine and return its output.
 
     ``ranks`` is torchrun's ``--local-ranks-filter``: "0" shows rank 0 only (default), "0,1" both,
     "" all ranks. Output lines are prefixed by torchrun with ``[default<rank>]:``.
-    Raises :class:`CommandError` (with the output tail) on failure or timeout.
+    Raises :class:`CommandError` (with the output tail) on failure or timeout. ``progress``: a
+    label for a progress bar shown while it runs.
     """
     cmd = _torchrun_cmd(["--standalone"], script, script_args, nproc_per_node, ranks, extra_args)
     full_env = {**safe_env(threads_per_rank), **(env or {})}
+    if progress:
+        return run_commands([cmd], timeout_s=timeout_s, env=full_env, progress=progress)[0].stdout
     return run_command(cmd, timeout_s=timeout_s, env=full_env).stdout
 
 
 def torchrun_nodes(script: str | os.PathLike, *script_args: str, nnodes: int = 2, nproc_per_node: int = 1,
                    timeout_s: float = 120.0, join_timeout_s: float = 30.0, ranks: str = "",
                    threads_per_rank: int = 1, extra_args: Sequence[str] = (),
-                   env: dict[str, str] | None = None) -> list[str]:
+                   env: dict[str, str] | None = None, progress: str | None = None) -> list[str]:
     """Simulate ``nnodes`` machines on localhost: one torchrun agent per "node", all meeting at a
     c10d rendezvous on 127.0.0.1:<free port> — the exact flags a multi-node job uses, with the
     head node's address replaced by loopback. Returns each agent's output, in the order the agents
@@ -161,11 +167,12 @@ def torchrun_nodes(script: str | os.PathLike, *script_args: str, nnodes: int = 2
             f"--rdzv-id=course-{os.getpid()}", f"--rdzv-conf=join_timeout={join_timeout_s:g}"]
     cmds = [_torchrun_cmd(rdzv, script, script_args, nproc_per_node, ranks, extra_args)] * nnodes
     full_env = {**safe_env(threads_per_rank), **(env or {})}
-    return [r.stdout for r in run_commands(cmds, timeout_s=timeout_s, env=full_env)]
+    return [r.stdout for r in run_commands(cmds, timeout_s=timeout_s, env=full_env, progress=progress)]
 
 
 def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env: dict[str, str] | None = None,
                  envs: Sequence[dict[str, str]] | None = None, cwd: str | os.PathLike | None = None,
+                 progress: str | None = None,
                  check: bool = True) -> list[subprocess.CompletedProcess]:
     """Run several commands at once (each in its own session, as :func:`run_command` does).
 
@@ -173,7 +180,7 @@ def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env
     (e.g. each TensorFlow worker's own ``TF_CONFIG``). With ``check``, the first command that fails
     makes the others be killed, and :class:`CommandError` names it; without it, every command runs
     to its end and the caller reads the return codes. On timeout all are killed. Every process
-    tree is reaped.
+    tree is reaped. ``progress``: a label for a bar of finished commands shown while waiting.
     """
     if envs is not None and len(envs) != len(cmds):
         raise ValueError(f"envs has {len(envs)} entries for {len(cmds)} commands; give one per command")
@@ -185,8 +192,11 @@ def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env
     deadline = time.monotonic() + timeout_s
     failed: int | None = None
     timed_out = False
+    waiting = Waiting(len(cmds), progress, unit="cmd")
     try:
         while [p.poll() for p in procs].count(None):
+            waiting.done(sum(p.returncode is not None for p in procs))
+            waiting.tick()
             bad = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
             if check and bad:
                 failed = bad[0]
@@ -195,7 +205,9 @@ def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env
                 timed_out = True
                 break
             time.sleep(0.05)
+        waiting.done(len(procs))
     finally:
+        waiting.close()
         for p in procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)

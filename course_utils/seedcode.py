@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import traceback
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -56,7 +56,7 @@ def tasks(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:
 
 def run(script: str | os.PathLike, cluster: dict[str, list[str]], *script_args: str,
         timeout_s: float = 120.0, check: bool = True, threads: int = 1,
-        env: dict[str, str] | None = None) -> list[subprocess.CompletedProcess]:
+        env: dict[str, str] | None = None, progress: str | None = None) -> list[subprocess.CompletedProcess]:
     """Run ``python script *script_args`` once per task of ``cluster``, each with its ``TF_CONFIG``.
 
     Returns one ``CompletedProcess`` per task in :func:`tasks` order (``.stdout`` holds its
@@ -65,10 +65,12 @@ def run(script: str | os.PathLike, cluster: dict[str, list[str]], *script_args: 
     :class:`~course_utils.scripts.CommandError` with its output; with ``check=False`` every task
     runs to its end, so you can read how each one ended. ``threads`` is the OpenMP/MKL thread
     count per task. On timeout all tasks are killed and ``CommandError`` is raised.
+    ``progress``: a label for a bar of finished tasks shown while they run.
     """
     require_script(script)
     order = tasks(cluster)
     envs = [{"TF_CONFIG": tf_config(cluster, job, i)} for job, i in order]
     base = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **(env or {})}
     cmd = [sys.executable, str(script), *map(str, script_args)]
-    return run_commands([cmd] * len(order), timeout_s=timeout_s, env=base, envs=envs, check=check)
+    return run_commands([cmd] * len(order), timeout_s=timeout_s, env=base, envs=envs, check=check,
+                        progress=progress)

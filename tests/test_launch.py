@@ -4,9 +4,9 @@ import sys
 import time
 
 import pytest
-
 import workers
-from course_utils import launch
+
+from course_utils import launch, scripts
 from course_utils.launch import CommandError, WorkerError
 
 
@@ -185,3 +185,12 @@ def test_torchrun_nodes_forms_one_job_from_two_local_nodes(tmp_path):
     assert lines == ["node 0 rank 0 of 2 sum 1.0", "node 1 rank 1 of 2 sum 1.0"]
     with pytest.raises(ValueError, match="nnodes"):
         launch.torchrun_nodes(script, nnodes=0)
+
+
+def test_stop_forkserver_frees_it_and_run_starts_a_new_one():
+    launch.run(workers.no_group, 1, backend=None, output="none")
+    server_pids = [pid for pid, cmd in scripts.descendants().items() if "forkserver" in cmd]
+    assert server_pids and launch.stop_forkserver() is True
+    assert not [pid for pid, cmd in scripts.descendants().items() if "forkserver" in cmd]
+    assert launch.stop_forkserver() is False
+    assert launch.run(workers.no_group, 1, backend=None, output="none")[0][0] is False

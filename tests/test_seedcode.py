@@ -1,6 +1,6 @@
-import pytest
-
 import warnings
+
+import pytest
 
 from course_utils.seedcode import expect_error, expect_warning
 

@@ -7,7 +7,8 @@ import pytest
 from course_utils import tfcluster
 from course_utils.scripts import CommandError, descendants
 
-WHOAMI = "import json, os; t = json.loads(os.environ['TF_CONFIG']); print(t['task']['type'], t['task']['index'], sorted(t['cluster']))"
+WHOAMI = ("import json, os; t = json.loads(os.environ['TF_CONFIG']); "
+          "print(t['task']['type'], t['task']['index'], sorted(t['cluster']))")
 
 
 def test_cluster_spec_gives_every_task_a_distinct_free_loopback_port():

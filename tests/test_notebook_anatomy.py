@@ -44,3 +44,38 @@ def test_ignored_outputs_are_paired_with_asserts_and_everything_is_executed(path
         # failure with course_utils.seedcode.expect_error instead
         assert not any(out.output_type == "error" for out in cell.outputs), f"cell {i} stores an error"
         assert "raises-exception" not in tags(cell), f"cell {i}: use expect_error, not raises-exception"
+
+
+def _badges_tool():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("badges", ROOT / "tools" / "badges.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_binder_and_colab_badges_open_this_chapter(path):
+    """Badges under the title point at this very notebook; the Colab setup cell is the second cell
+    and prints nothing here. Rewrite both with tools/badges.py."""
+    badges = _badges_tool()
+    repo = badges.repository()
+    nb = nbformat.read(path, as_version=4)
+    title = nb.cells[0].source
+    assert badges.badges(path, repo) in title, "run tools/badges.py"
+    rel = f"notebooks/{path.name}"
+    assert f"labpath=notebooks%2F{path.name})" in title and f"/blob/main/{rel})" in title
+    setup = nb.cells[1]
+    assert setup.cell_type == "code" and setup.source == badges.colab_cell(path, repo), "run tools/badges.py"
+    assert setup.outputs == [], "the Colab cell must do nothing outside Colab"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_figures_use_the_course_style(path):
+    """Every figure comes from course_utils.plots.figure (the style; x and y labels are required
+    arguments, with units), never from plt.subplots or plt.figure directly."""
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert not re.search(r"plt\.(subplots|figure)\(", code), "make figures with plots.figure(xlabel, ylabel)"
+    if any("image/png" in out.get("data", {}) for c in nb.cells if c.cell_type == "code" for out in c.outputs):
+        assert "plots.figure(" in code

@@ -1,0 +1,110 @@
+"""Stamp every chapter with its Binder and Colab badges and the Colab setup cell.
+
+    .venv/bin/python tools/badges.py     # rewrite notebooks/NN_*.ipynb in place (idempotent)
+
+tests/test_notebook_anatomy.py checks every chapter carries exactly what this script writes.
+
+The repository address comes from pyproject.toml ([project.urls] Repository); after moving the
+repository, change it there and re-run this script. Each badge opens the notebook it sits in:
+Binder (mybinder.org builds binder/: CPU-only, 1-2 GB) in JupyterLab, Colab from GitHub's copy.
+
+Colab has PyTorch, TensorFlow, Keras and JAX already, but not this repository: the setup cell
+(second cell of every chapter) clones it, puts course_utils on the path, changes into notebooks/
+and installs the few pinned packages a chapter needs that Colab lacks. Anywhere else it does
+nothing and prints nothing, so the stored outputs and the tests are unaffected.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import tomllib
+from pathlib import Path
+from urllib.parse import quote
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+BADGE_LINE = re.compile(r"^\[!\[Open in Binder\].*\n?", re.M)
+COLAB_MARK = "# Colab only:"
+# packages a chapter needs that Colab does not ship (names as in requirements.txt)
+COLAB_EXTRAS = {"08": ["onnx", "onnxruntime", "onnxscript"]}
+# chapters that cannot run on Colab, and why (their setup cell says so and stops)
+COLAB_UNSUPPORTED = {
+    "07": "Chapter 07 needs MXNet 1.9.1 with NumPy < 1.24, which Colab's Python cannot install. "
+          "Open it with the Binder badge or run `make lab`.",
+}
+
+
+def repository() -> str:
+    """``owner/name`` of the GitHub repository, from pyproject.toml."""
+    url = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    match = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+?)/?", url)
+    if not match:
+        raise SystemExit(f"pyproject.toml Repository must be https://github.com/OWNER/NAME, not {url!r}")
+    return match.group(1)
+
+
+def badges(path: Path, repo: str) -> str:
+    """One markdown line: the Binder and Colab badges for the notebook at ``path``."""
+    rel = path.relative_to(ROOT).as_posix()
+    binder = f"https://mybinder.org/v2/gh/{repo}/HEAD?labpath={quote(rel, safe='')}"
+    colab = f"https://colab.research.google.com/github/{repo}/blob/main/{rel}"
+    return (f"[![Open in Binder](https://mybinder.org/badge_logo.svg)]({binder}) "
+            f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab})\n")
+
+
+def pins() -> dict[str, str]:
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+
+
+def colab_cell(path: Path, repo: str) -> str:
+    """Source of the chapter's Colab setup cell."""
+    number = path.name[:2]
+    if number in COLAB_UNSUPPORTED:
+        return (f"{COLAB_MARK} this chapter does not run there.\n# Elsewhere this cell does nothing.\n"
+                "import sys\n\n"
+                'if "google.colab" in sys.modules:\n'
+                f"    raise RuntimeError(\n        {COLAB_UNSUPPORTED[number]!r})")
+    extras = [f"{name}=={pins()[name]}" for name in COLAB_EXTRAS.get(number, [])]
+    quoted = ", ".join(f'"{e}"' for e in extras)
+    install = (f'        subprocess.run([sys.executable, "-m", "pip", "install", "-q", {quoted}], check=True)\n'
+               if extras else "")
+    return (f"{COLAB_MARK} fetch the course (course_utils, worker files) and what Colab lacks.\n"
+            "# Elsewhere this cell does nothing.\n"
+            "import sys\n\n"
+            'if "google.colab" in sys.modules:\n'
+            "    import os\n"
+            "    import subprocess\n"
+            f'    REPO, HOME = "https://github.com/{repo}", "/content/course"\n'
+            "    if not os.path.isdir(HOME):\n"
+            '        subprocess.run(["git", "clone", "-q", "--depth=1", REPO, HOME], check=True)\n'
+            f"{install}"
+            "    sys.path.insert(0, HOME)\n"
+            '    os.chdir(f"{HOME}/notebooks")')
+
+
+def stamp(path: Path, repo: str) -> bool:
+    """Put badges under the title and the setup cell second; return True if the file changed."""
+    nb = nbformat.read(path, as_version=4)
+    before = nbformat.writes(nb)
+    title = nb.cells[0]
+    head, _, rest = BADGE_LINE.sub("", title.source).partition("\n")
+    title.source = f"{head}\n\n{badges(path, repo)}\n{rest.lstrip(chr(10))}"
+    source = colab_cell(path, repo)
+    if nb.cells[1].cell_type == "code" and nb.cells[1].source.startswith(COLAB_MARK):
+        if nb.cells[1].source != source:
+            nb.cells[1].source, nb.cells[1].execution_count, nb.cells[1].outputs = source, None, []
+    else:
+        nb.cells.insert(1, nbformat.v4.new_code_cell(source))
+    if nbformat.writes(nb) == before:
+        return False
+    nbformat.write(nb, path)
+    return True
+
+
+if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    changed = [p.name for p in CHAPTERS if stamp(p, repository())]
+    print("stamped:", ", ".join(changed) or "nothing to change")

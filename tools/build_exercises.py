@@ -16,12 +16,15 @@ from pathlib import Path
 OTTER = Path(sys.executable).with_name("otter")
 
 
-def build(source: Path, dest: Path) -> Path:
-    """Run ``otter assign`` on one notebook; return its folder with a stable ``autograder.zip``."""
+def build(source: Path, dest: Path, run_tests: bool = True) -> Path:
+    """Run ``otter assign`` on one notebook; return its folder with a stable ``autograder.zip``.
+
+    ``run_tests=False`` skips running the solutions against their tests (the site only needs the
+    student version; the exercise tests run them)."""
     out = dest / source.stem
     shutil.rmtree(out, ignore_errors=True)
-    proc = subprocess.run([str(OTTER), "assign", str(source), str(out)], capture_output=True,
-                          text=True, timeout=600)
+    cmd = [str(OTTER), "assign", str(source), str(out)] + ([] if run_tests else ["--no-run-tests"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"otter assign failed for {source} (a solution fails its tests?):\n"
                          f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

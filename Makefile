@@ -23,21 +23,28 @@ NBVAL_COMMON := --nbval-cell-timeout=240 --nbval-sanitize-with notebooks/sanitiz
 NBVAL := COURSE_PROFILE=cpu $(PY) -m pytest --nbval --nbval-current-env $(NBVAL_COMMON)
 NBVAL_MXNET := COURSE_PROFILE=cpu $(PY) -m pytest --nbval --nbval-kernel-name $(MXKERNEL) $(NBVAL_COMMON)
 PORT ?= 8888
+# The browser test drives Debian's chromium; where apt-get exists `make test` installs it and the
+# test must run (COURSE_REQUIRE_BROWSER=1), elsewhere it is skipped unless CHROMIUM points at one
+CHROMIUM ?= /usr/bin/chromium
+HAVE_APT := $(shell command -v apt-get >/dev/null && echo 1)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+READER_TESTS := tests/test_binder.py tests/test_book.py tests/test_browser.py
 # Jupyter refuses to run as root (containers, CI machines) unless told it is intended
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv lab test test-unit test-notebooks test-exercises student outputs clean
+.PHONY: help venv lab test lint test-unit test-reader test-notebooks test-exercises student book outputs browser clean
 
 help:
 	@echo "make lab      open JupyterLab (creates .venv and .venv-mxnet first if needed)"
 	@echo "make test     run all test tiers (unit, notebooks, exercises, environment)"
 	@echo "make student  build student + autograder versions of the exercises into dist/"
+	@echo "make book     build the course site (Jupyter Book) into build/book/_build/html/"
 	@echo "make outputs  re-execute the notebooks so their stored outputs are current"
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (the course is built and tested on Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements.txt 2>&1 | $(QUIET_PIP)
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt 2>&1 | $(QUIET_PIP)
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | $(QUIET_PIP)
 	touch $(STAMP)
 
@@ -56,10 +63,24 @@ lab: $(STAMP) $(MXSTAMP)
 	  --LabApp.default_url=/lab/tree/notebooks/00_setup_and_hardware.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP) $(MXSTAMP)
-	$(MAKE) --no-print-directory test-unit test-notebooks test-exercises
+	$(MAKE) --no-print-directory lint test-unit test-reader test-notebooks test-exercises
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check
 
 test-unit: $(STAMP) $(MXSTAMP)
-	$(PY) -m pytest tests -q -p no:cacheprovider --ignore=tests/exercises
+	$(PY) -m pytest tests -q -p no:cacheprovider --ignore=tests/exercises $(addprefix --ignore=,$(READER_TESTS))
+
+# what a reader meets: Binder's config, the site, JupyterLab in a browser (screenshot: build/screenshots/)
+test-reader: $(STAMP) browser
+	COURSE_REQUIRE_BROWSER=$(HAVE_APT) CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(READER_TESTS) -q -p no:cacheprovider
+
+browser:
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ -n "$(HAVE_APT)" ]; then \
+	  echo "installing Debian's chromium for the browser test (apt-get, ~1 min)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "no apt-get: the browser test is skipped unless CHROMIUM=/path/to/chromium is set"; fi
 
 test-notebooks: $(STAMP) $(MXSTAMP)
 	$(NBVAL) -q notebooks $(addprefix --ignore=,$(MXNET_NOTEBOOKS))
@@ -71,8 +92,12 @@ test-exercises: $(STAMP)
 student: $(STAMP)
 	$(PY) tools/build_exercises.py exercises dist
 
+book: $(STAMP)
+	$(PY) tools/build_book.py build
+
+# re-execute every chapter and rewrite the README's table of wall time and peak memory
 outputs: $(STAMP) $(MXSTAMP)
-	$(PY) tools/run_notebooks.py notebooks/[0-9]*.ipynb
+	$(PY) tools/run_notebooks.py --readme notebooks/[0-9]*.ipynb
 
 clean:
 	rm -rf dist notebooks/work exercises/work

@@ -5,6 +5,7 @@ launch unless the device is synchronised first. :func:`time_fn` does that for yo
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -100,3 +101,45 @@ def allreduce_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], rep
         algbw, busbw = bus_bandwidth(x.numel() * 4, t.item(), world_size)
         rows.append({"bytes": x.numel() * 4, "seconds": t.item(), "algbw": algbw, "busbw": busbw})
     return rows
+
+
+def ddp_step_worker(rank: int, world_size: int, sizes: Sequence[int], batch_per_rank: int, steps: int = 10,
+                    warmup: int = 3, device: str = "cpu") -> dict:
+    """Launched worker: median time (s) of one DDP training step of ``mlp(sizes)`` on
+    ``batch_per_rank`` random samples, with the gradient all-reduce (``step_s``) and without it
+    (``compute_s``: the same step inside ``no_sync()``, so DDP communicates nothing).
+
+    Returns the max over ranks of both medians (a step is as slow as its slowest rank) and the
+    gradient size in bytes. With ``world_size`` 1 there is no process group: plain training.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from .models import mlp
+
+    torch.manual_seed(rank)
+    model = mlp(list(sizes), seed=0).to(device)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if world_size > 1:
+        model = DDP(model, device_ids=[torch.device(device).index or 0] if device.startswith("cuda") else None)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(batch_per_rank, sizes[0], device=device)
+    y = torch.randint(0, sizes[-1], (batch_per_rank,), device=device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    def local_step():
+        with model.no_sync() if world_size > 1 else contextlib.nullcontext():
+            step()
+
+    with_comm = time_fn(step, repeats=steps, warmup=warmup, device=device).median
+    compute = time_fn(local_step, repeats=steps, warmup=warmup, device=device).median
+    times = torch.tensor([with_comm, compute])
+    if world_size > 1:
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    return {"step_s": times[0].item(), "compute_s": times[1].item(), "grad_bytes": grad_bytes}
+

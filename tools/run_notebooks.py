@@ -69,11 +69,13 @@ class PeakMemory(threading.Thread):
         return self.peak_bytes
 
 
-def execute(path: Path, timeout_s: int = 300, verbose: bool = False) -> tuple[float, int]:
+def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool = True,
+            profile: str = "cpu") -> tuple[float, int]:
     """Run ``path`` in place; return (wall time in s, peak memory of kernel + workers in bytes).
-    ``verbose`` prints the processes running at the peak and their PSS."""
+    ``verbose`` prints the processes running at the peak and their PSS; ``write=False`` leaves the
+    file as it was (benchmarks/notebooks.py); ``profile`` is the COURSE_PROFILE to run with."""
     nb = nbformat.read(path, as_version=4)
-    os.environ["COURSE_PROFILE"] = "cpu"
+    os.environ["COURSE_PROFILE"] = profile
     kernel = nb.metadata.get("kernelspec", {}).get("name", "python3")
     sampler = PeakMemory()
     client = NotebookClient(nb, timeout=timeout_s, kernel_name=kernel,
@@ -85,7 +87,8 @@ def execute(path: Path, timeout_s: int = 300, verbose: bool = False) -> tuple[fl
         client.execute()
     finally:
         elapsed, peak = time.perf_counter() - start, sampler.stop()
-    nbformat.write(nb, path)
+    if write:
+        nbformat.write(nb, path)
     if verbose:
         for process, size in sorted(sampler.at_peak.items(), key=lambda kv: -kv[1]):
             print(f"    {size / 1e6:7,.0f} MB  {process}")

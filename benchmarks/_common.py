@@ -1,0 +1,74 @@
+"""What every benchmark shares: the command line, the machine description, the JSON it writes.
+
+Every script takes ``--quick`` (CPU-sized: small messages, few steps, under 2 minutes on 2 cores)
+and ``--out DIR`` (default ``results/``); without ``--quick`` it runs the full sizes, and on a GPU
+machine the same script uses the GPUs. Each writes ``DIR/<name>.json``:
+
+    {"benchmark": name, "schema": 1, "quick": bool,
+     "meta": {date, host, python, torch, device, gpus, cpu, cpu_cores},
+     "results": [ {...one row per measurement...} ],
+     "summary": { ...the few numbers a chapter or the README quotes... }}
+
+benchmarks/schema.json is the JSON schema; tests/test_benchmarks.py checks each script against it.
+Timings are measurements of this machine at this moment: the JSON says which machine and when.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import socket
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # course_utils from this checkout, also when run as a plain script
+
+from course_utils import hardware  # noqa: E402
+
+SCHEMA_VERSION = 1
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="CPU sizes: finishes in under 2 minutes")
+    p.add_argument("--out", type=Path, default=ROOT / "results", help="folder for the JSON (default results/)")
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the schema test's seconds-long run
+    return p
+
+
+def meta() -> dict:
+    """Which machine, which software, when."""
+    import torch
+
+    gpus = hardware.gpus()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": "cuda" if gpus else "cpu",
+        "gpus": gpus,
+        "cpu": hardware.cpu_model(),
+        "cpu_cores": hardware.cpu_cores(),
+    }
+
+
+def write(name: str, args: argparse.Namespace, results: list[dict], summary: dict) -> Path:
+    """Write ``args.out/<name>.json`` and return its path."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{name}.json"
+    doc = {"benchmark": name, "schema": SCHEMA_VERSION, "quick": bool(args.quick or args.tiny), "meta": meta(),
+           "results": results, "summary": summary}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def table(rows: list[dict], columns: dict[str, str]) -> str:
+    """A plain text table: ``columns`` maps a row key to a format like '{:>10.3f}' (header = key)."""
+    widths = {k: max([len(k)] + [len(fmt.format(r[k])) for r in rows]) for k, fmt in columns.items()}
+    head = "  ".join(f"{k:>{widths[k]}}" for k in columns)
+    body = ["  ".join(f"{fmt.format(r[k]):>{widths[k]}}" for k, fmt in columns.items()) for r in rows]
+    return "\n".join([head, *body])

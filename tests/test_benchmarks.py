@@ -1,0 +1,52 @@
+"""benchmarks/*.py: a tiny run of each writes JSON that matches benchmarks/schema.json and carries the
+fields the chapters and the README read. (Timings are only checked to be positive numbers.)"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "benchmarks" / "schema.json").read_text())
+ROW_KEYS = {
+    "allreduce": {"backend", "ranks", "bytes", "seconds", "algbw_Bps", "busbw_Bps", "copy_Bps"},
+    "ddp_scaling": {"mode", "ranks", "global_batch", "step_s", "compute_s", "samples_per_s", "efficiency",
+                    "comm_measured_s", "comm_model_s"},
+    "amp": {"kind", "dtype"},
+    "notebooks": {"notebook", "profile", "seconds", "peak_bytes"},
+}
+SUMMARY_KEYS = {
+    "allreduce": {"busbw_over_copy", "gloo_busbw_Bps", "copy_Bps", "alpha_s", "beta_s_per_byte"},
+    "ddp_scaling": {"weak_efficiency", "strong_efficiency", "weak_comm_measured_s", "weak_comm_model_s"},
+    "amp": {"bf16_speedup", "peak_source", "best_fp32_tflops"},
+    "notebooks": {"total_s", "max_peak_bytes", "over_1_5_GB"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_KEYS))
+def test_tiny_run_writes_valid_json(name, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--tiny", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / f"{name}.json").read_text())
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["benchmark"] == name and doc["quick"] is True
+    assert all(ROW_KEYS[name] <= row.keys() for row in doc["results"])
+    assert SUMMARY_KEYS[name] <= doc["summary"].keys()
+    numbers = [v for row in doc["results"] for k, v in row.items() if k.endswith(("_s", "seconds", "_Bps"))]
+    assert numbers and all(isinstance(v, float) and v >= 0 for v in numbers)
+
+
+def test_schema_rejects_a_result_without_meta():
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"benchmark": "amp", "schema": 1, "quick": True, "results": [{}], "summary": {"x": 1}},
+                            SCHEMA)
+
+
+def test_quick_is_the_documented_flag():
+    for name in ROW_KEYS:
+        out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--help"],
+                             capture_output=True, text=True, timeout=60).stdout
+        assert "--quick" in out and "--out" in out

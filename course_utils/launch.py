@@ -290,6 +290,11 @@ def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict
     return results
 
 
+def _death(rank: int, proc: mp.process.BaseProcess) -> tuple[float, int, str, str]:
+    """A failure record for a rank that died without a word (sorts before any raised exception)."""
+    return (float("-inf"), rank, f"rank {rank} {_describe_exit(proc.exitcode)} before returning a result", "")
+
+
 def _collect(procs, conns, logs, timeout_s: float, grace_s: float = 1.0, waiting: Waiting | None = None) -> list[Any]:
     """Wait for every rank's message; on the first error or death, stop within ``grace_s``.
 
@@ -333,10 +338,13 @@ def _collect(procs, conns, logs, timeout_s: float, grace_s: float = 1.0, waiting
                 continue
             procs[rank].join(0.5)
             pending.pop(conns[rank], None)
-            failures.append((float("-inf"), rank,
-                             f"rank {rank} {_describe_exit(procs[rank].exitcode)} before returning a result", ""))
+            failures.append(_death(rank, procs[rank]))
         if failures:
             deadline = min(deadline, time.monotonic() + grace_s)
+    for rank, p in enumerate(procs):  # pipe closed without a message, sentinel not yet seen: how did it die?
+        if conns[rank] not in pending and rank not in results and not any(f[1] == rank for f in failures):
+            p.join(grace_s)
+            failures.append(_death(rank, p))
     if failures:
         when, rank, msg, tb = min(failures)
         others = [f"  {m.splitlines()[0][:200]}" for w, r, m, _ in sorted(failures) if r != rank]

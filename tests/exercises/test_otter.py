@@ -42,7 +42,7 @@ def test_there_are_at_least_two_questions_per_chapter():
     assert EXERCISES == ["00_setup_and_hardware", "01_why_parallel", "02_data_parallel_from_scratch",
                          "03_pytorch_ddp", "04_mixed_precision", "05_tensorflow_strategies",
                          "06_keras_multi_device", "07_mxnet_legacy", "08_caffe2_legacy", "09_model_parallel",
-                         "10_sharded_data_parallel", "11_fault_tolerance"]
+                         "10_sharded_data_parallel", "11_fault_tolerance", "12_performance_playbook"]
     for name in EXERCISES:
         nb = nbformat.read(ROOT / "exercises" / f"{name}.ipynb", as_version=4)
         questions = [c for c in nb.cells if c.cell_type == "raw" and c.source.startswith("# BEGIN QUESTION")]

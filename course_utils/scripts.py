@@ -88,12 +88,16 @@ class CommandError(RuntimeError):
 
 
 def run_command(cmd: Sequence[str], *, timeout_s: float = 120.0, env: dict[str, str] | None = None,
-                cwd: str | os.PathLike | None = None, check: bool = True) -> subprocess.CompletedProcess:
+                cwd: str | os.PathLike | None = None, check: bool = True,
+                progress: str | None = None) -> subprocess.CompletedProcess:
     """Run ``cmd`` in its own session with :func:`safe_env` added, capture stdout+stderr as text.
 
     On timeout the whole process group (the command and everything it started) is killed and
     reaped, and :class:`CommandError` is raised. With ``check`` a non-zero exit raises too.
+    ``progress``: a label for a progress bar shown while it runs (then :func:`run_commands` runs it).
     """
+    if progress:
+        return run_commands([cmd], timeout_s=timeout_s, env=env, cwd=cwd, check=check, progress=progress)[0]
     full_env = {**os.environ, **safe_env(), **(env or {})}
     proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, env=full_env, cwd=cwd,
@@ -144,9 +148,7 @@ def torchrun(script: str | os.PathLike, *script_args: str, nproc_per_node: int =
     """
     cmd = _torchrun_cmd(["--standalone"], script, script_args, nproc_per_node, ranks, extra_args)
     full_env = {**safe_env(threads_per_rank), **(env or {})}
-    if progress:
-        return run_commands([cmd], timeout_s=timeout_s, env=full_env, progress=progress)[0].stdout
-    return run_command(cmd, timeout_s=timeout_s, env=full_env).stdout
+    return run_command(cmd, timeout_s=timeout_s, env=full_env, progress=progress).stdout
 
 
 def torchrun_nodes(script: str | os.PathLike, *script_args: str, nnodes: int = 2, nproc_per_node: int = 1,

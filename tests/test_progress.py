@@ -32,3 +32,10 @@ def test_launch_run_shows_finished_ranks(capsys):
 def test_no_label_no_bar(capsys):
     scripts.run_commands([["true"]])
     assert capsys.readouterr().err == ""
+
+
+def test_run_command_with_a_label_shows_a_bar_and_still_checks(capsys):
+    assert scripts.run_command(["echo", "hi"], progress="one command").stdout == "hi\n"
+    assert "one command" in capsys.readouterr().err
+    with pytest.raises(scripts.CommandError):
+        scripts.run_command(["false"], progress="fails")

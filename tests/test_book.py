@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nboutputs import png_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -26,11 +27,6 @@ def text_of(page: Path) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
 
 
-def figures_in(path: Path) -> int:
-    nb = nbformat.read(path, as_version=4)
-    return sum("image/png" in out.get("data", {}) for c in nb.cells if c.cell_type == "code" for out in c.outputs)
-
-
 def test_table_of_contents_lists_the_chapters_in_order(site):
     index = (site / "intro.html").read_text()  # index.html redirects here
     linked = re.findall(r'href="(notebooks/\d\d_[^"#]+)\.html"', index)
@@ -44,7 +40,7 @@ def test_chapter_page_has_its_figures(site, chapter):
     page = site / "notebooks" / f"{chapter.stem}.html"
     assert page.is_file(), f"no page for {chapter.name}"
     images = re.findall(r'<img [^>]*src="\.\./(_images/[^"]+\.png)"', page.read_text())
-    assert len(images) == figures_in(chapter)
+    assert len(images) == png_outputs(nbformat.read(chapter, as_version=4))
     assert all((site / image).stat().st_size > 5_000 for image in images)
     assert "Open in Binder" in page.read_text() and "Open in Colab" in page.read_text()
 

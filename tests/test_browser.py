@@ -24,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nboutputs import png_outputs
 
 from course_utils.scripts import descendants, free_port
 
@@ -103,7 +104,7 @@ def test_jupyterlab_runs_chapter_00_in_chromium(tmp_path, chromium):
     # the chapter without outputs, in a folder of its own
     (tmp_path / "notebooks").mkdir()
     nb = nbformat.read(ROOT / "notebooks" / CHAPTER, as_version=4)
-    figures = sum("image/png" in out.get("data", {}) for c in nb.cells if c.cell_type == "code" for out in c.outputs)
+    figures = png_outputs(nb)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nboutputs import png_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -77,5 +78,5 @@ def test_figures_use_the_course_style(path):
     nb = nbformat.read(path, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert not re.search(r"plt\.(subplots|figure)\(", code), "make figures with plots.figure(xlabel, ylabel)"
-    if any("image/png" in out.get("data", {}) for c in nb.cells if c.cell_type == "code" for out in c.outputs):
+    if png_outputs(nb):
         assert "plots.figure(" in code

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import re
 import threading
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from course_utils import hardware
 from course_utils.scripts import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool
 
 def resource_table(rows: dict[str, tuple[float, int]]) -> str:
     """The README's markdown table: one row per notebook, time in s, peak memory in MB."""
-    cpu = re.sub(r"\s+", " ", _cpu_model())
+    cpu = re.sub(r"\s+", " ", hardware.cpu_model())
     head = (f"Measured {datetime.date.today().isoformat()} by `tools/run_notebooks.py --readme` on "
             f"{os.cpu_count()} vCPUs ({cpu}), Linux, profile `cpu`, no GPU.\n\n"
             "| notebook | wall time | peak memory (kernel + workers, PSS) |\n|---|---:|---:|\n")
@@ -119,16 +119,6 @@ def update_readme(rows: dict[str, tuple[float, int]]) -> None:
 def _parse(row: str) -> tuple[float, int]:
     t, mem = re.match(r"([\d.]+) s \| ([\d,]+) MB", row).groups()
     return float(t), int(mem.replace(",", "")) * 1_000_000
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":

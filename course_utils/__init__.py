@@ -18,10 +18,15 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``compare``    how far apart two runs' weights are (NumPy; any framework's arrays)
 - ``exercises``  helpful assertions for the autograded exercises
 - ``seedcode``   ``expect_error``: run a seed article's failing code, show and check the failure
+- ``stable``     print a measured number as the bound it was checked against (same on every CPU)
+- ``quiet``      the environment that keeps framework log lines out of outputs (set on import)
 """
 from __future__ import annotations
 
+from . import quiet
 from .hardware import by_profile, profile, seed_everything
+
+quiet.apply()  # before any framework is imported: they read their log settings when they start
 
 __all__ = ["by_profile", "profile", "seed_everything"]
 __version__ = "0.1.0"

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import quiet
 from .progress import Waiting
 
 LOCALHOST = "127.0.0.1"
@@ -30,7 +31,7 @@ def free_port(host: str = LOCALHOST) -> int:
 
 
 def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]:
-    """Environment variables that keep distributed runs on loopback and quiet.
+    """Environment variables that keep distributed runs on loopback and quiet (:data:`quiet.ENV`).
 
     ``threads`` is the OpenMP/MKL thread count per process (1 rank per core is the rule on CPU).
     """
@@ -39,9 +40,7 @@ def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]
         "GLOO_SOCKET_IFNAME": "lo",
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONUNBUFFERED": "1",
-        "TORCH_CPP_LOG_LEVEL": "ERROR",
+        **quiet.ENV,
     }
     if master_port is not None:
         env["MASTER_PORT"] = str(master_port)
@@ -90,7 +89,8 @@ class CommandError(RuntimeError):
 def run_command(cmd: Sequence[str], *, timeout_s: float = 120.0, env: dict[str, str] | None = None,
                 cwd: str | os.PathLike | None = None, check: bool = True,
                 progress: str | None = None) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in its own session with :func:`safe_env` added, capture stdout+stderr as text.
+    """Run ``cmd`` in its own session with :func:`safe_env` added, capture stdout+stderr as text
+    (framework log lines removed: :func:`quiet.strip_logs`; an error message keeps them).
 
     On timeout the whole process group (the command and everything it started) is killed and
     reaped, and :class:`CommandError` is raised. With ``check`` a non-zero exit raises too.
@@ -114,7 +114,7 @@ def run_command(cmd: Sequence[str], *, timeout_s: float = 120.0, env: dict[str, 
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, quiet.strip_logs(out), "")
     if check and proc.returncode != 0:
         raise CommandError(f"{' '.join(map(str, cmd))!r} failed with exit code {proc.returncode}."
                            f"\n--- output (tail) ---\n{_last(out)}")
@@ -230,4 +230,4 @@ def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env
         raise CommandError(f"command {failed} {' '.join(map(str, cmds[failed]))!r} failed with exit code "
                            f"{procs[failed].returncode}; the others were stopped.\n--- output (tail) ---\n"
                            f"{_last(outs[failed])}")
-    return [subprocess.CompletedProcess(p.args, p.returncode, o, "") for p, o in zip(procs, outs)]
+    return [subprocess.CompletedProcess(p.args, p.returncode, quiet.strip_logs(o), "") for p, o in zip(procs, outs)]

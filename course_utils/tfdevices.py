@@ -7,18 +7,15 @@ GPUs where TensorFlow has any, else N logical CPUs. TensorFlow is imported only 
 """
 from __future__ import annotations
 
-import os
-
 
 def logical_cpus(n: int) -> list[str]:
     """Make ``n`` logical CPU devices and return their names ("/device:CPU:0", ...).
 
-    Call it before any other TensorFlow code. Silences TensorFlow's C++ INFO/WARNING log lines
-    (``TF_CPP_MIN_LOG_LEVEL=2``) unless you set that variable yourself.
+    Call it before any other TensorFlow code. (TensorFlow's C++ log lines are silenced by
+    ``import course_utils``: see :mod:`course_utils.quiet`.)
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -44,7 +41,6 @@ def replica_devices(n_cpu: int) -> list[str]:
     two or more (with memory growth on), else ``n_cpu`` logical CPUs — one GPU has nothing to
     mirror over (see :func:`logical_cpus`; same rules: call it before any other TensorFlow code).
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")

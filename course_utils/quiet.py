@@ -1,0 +1,52 @@
+"""Keep framework log lines out of what a notebook prints — decided once, here.
+
+Frameworks write chatter that depends on the machine, not on the code: TensorFlow announces
+"oneDNN custom operations are on" only on CPUs where oneDNN is its default (AVX512-VNNI/BF16, AMX),
+absl prefixes each line with a timestamp and a thread id, gloo reports its connections. One such
+line in a stored output makes strict nbval fail on the next machine. Two measures:
+
+- :data:`ENV`: the environment variables that silence what can be silenced. ``import course_utils``
+  sets them (:func:`apply`, never overriding a value you set) before any framework is imported, and
+  every subprocess course_utils starts gets them (:func:`course_utils.scripts.safe_env`).
+- :func:`strip_logs`: removes the lines that no variable silences (absl writes some before it reads
+  its settings: ``TF_CPP_MIN_LOG_LEVEL=3`` still prints the oneDNN notice) from a subprocess's
+  captured output. :data:`LOG_LINE` is the pattern; the tests check every stored output with it.
+
+Errors are never hidden: a failing command's error message carries its raw output.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+ENV: dict[str, str] = {
+    "TF_CPP_MIN_LOG_LEVEL": "2",     # TensorFlow C++: errors only (3 would hide errors too)
+    "GRPC_VERBOSITY": "ERROR",       # TensorFlow's multi-worker transport
+    "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10/gloo: "[Gloo] Rank 0 is connected to 1 peer ranks"
+    "KMP_WARNINGS": "0",             # Intel OpenMP (MKL builds)
+    "PYTHONUNBUFFERED": "1",         # a subprocess's lines arrive in the order they were printed
+}
+"""Environment variables that silence framework logs; read by each framework when it starts."""
+
+LOG_LINE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"  # absl, before init
+    r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\]"                        # absl/glog info, warning
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] \S+:\d+\]"                  # TensorFlow's own prefix
+    r"|\[\d\d:\d\d:\d\d\] \S+\.(cc|h):\d+: "                                 # MXNet (dmlc) prefix
+    r"|\[Gloo\] )"
+)
+"""A line a framework's logger wrote (info or warning), recognised by its prefix."""
+
+
+def apply() -> None:
+    """Set every variable of :data:`ENV` in this process that is not set yet (children inherit)."""
+    for name, value in ENV.items():
+        os.environ.setdefault(name, value)
+
+
+def strip_logs(text: str) -> str:
+    """``text`` without the lines that match :data:`LOG_LINE`."""
+    if not text:
+        return text
+    kept = [line for line in text.splitlines(keepends=True) if not LOG_LINE.match(line)]
+    return "".join(kept)

@@ -18,10 +18,21 @@ MXNET_NOTEBOOKS := notebooks/07_mxnet_legacy.ipynb
 # pip prints a warning per package for this machine's local mirror; hide only those lines
 # (grouped so that grep finding nothing is fine while pipefail still reports a failing pip)
 QUIET_PIP := { grep -v "^WARNING: Location 'file://" || true; }
-# Strict nbval: every output compared, after notebooks/sanitize.cfg; CPU profile = stored outputs
+# The portability check. `make outputs` writes the stored outputs with this machine's own kernels;
+# the notebook tier compares them under notebooks/capped-kernels.env: PyTorch's ATen, oneDNN
+# (PyTorch, TensorFlow, MXNet), MKL and OpenBLAS capped to SSE4 (no AVX), TensorFlow's oneDNN path
+# on (its default only on AVX512-VNNI/BF16 CPUs) and one OpenMP thread (Binder's quota). Each
+# changes the last bits of floats, so an output that depends on the CPU fails here, on every
+# machine, not on the next one. torch.compile gets its own cache folder: a kernel cached under
+# another CPU capability fails to compile ("'at::vec' has not been declared").
+CAPPED_KERNELS := $(shell grep -v '^\#' notebooks/capped-kernels.env) \
+  TORCHINDUCTOR_CACHE_DIR=$(abspath build/inductor-capped-kernels)
+# Strict nbval: every output compared, after notebooks/sanitize.cfg. The stored outputs are the CPU
+# profile's, written with the GPUs hidden (tools/run_notebooks.py): hide them here too
 NBVAL_COMMON := --nbval-cell-timeout=240 --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
-NBVAL := COURSE_PROFILE=cpu $(PY) -m pytest --nbval --nbval-current-env $(NBVAL_COMMON)
-NBVAL_MXNET := COURSE_PROFILE=cpu $(PY) -m pytest --nbval --nbval-kernel-name $(MXKERNEL) $(NBVAL_COMMON)
+CPU_ONLY := COURSE_PROFILE=cpu CUDA_VISIBLE_DEVICES=
+NBVAL := $(CPU_ONLY) $(CAPPED_KERNELS) $(PY) -m pytest --nbval --nbval-current-env $(NBVAL_COMMON)
+NBVAL_MXNET := $(CPU_ONLY) $(CAPPED_KERNELS) $(PY) -m pytest --nbval --nbval-kernel-name $(MXKERNEL) $(NBVAL_COMMON)
 PORT ?= 8888
 # The browser test drives Debian's chromium; where apt-get exists `make test` installs it and the
 # test must run (COURSE_REQUIRE_BROWSER=1), elsewhere it is skipped unless CHROMIUM points at one

@@ -3,8 +3,10 @@
     .venv/bin/python tools/run_notebooks.py notebooks/01_why_parallel.ipynb [...]
     .venv/bin/python tools/run_notebooks.py --readme notebooks/[0-9]*.ipynb
 
-Runs each notebook top to bottom in its own folder with COURSE_PROFILE=cpu (the profile the stored
-outputs and the tests use) and prints its wall time and peak memory. Peak memory is the largest sum,
+Runs each notebook top to bottom in its own folder with COURSE_PROFILE=cpu and the GPUs hidden (the
+profile the stored outputs and the tests use), with this machine's own CPU kernels — `make test` then
+compares the outputs under other ones (notebooks/capped-kernels.env) — and prints its wall time and
+peak memory. Peak memory is the largest sum,
 over the kernel and every process it started (workers, TensorFlow tasks), of the proportional set
 size (PSS: shared pages split between the processes that share them, so forked workers are not
 counted twice), sampled every 0.1 s from /proc — what a Binder container's memory limit sees.
@@ -75,7 +77,10 @@ def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool
     ``verbose`` prints the processes running at the peak and their PSS; ``write=False`` leaves the
     file as it was (benchmarks/notebooks.py); ``profile`` is the COURSE_PROFILE to run with."""
     nb = nbformat.read(path, as_version=4)
+    saved = dict(os.environ)
     os.environ["COURSE_PROFILE"] = profile
+    if profile == "cpu":   # the stored outputs: written as on a machine without GPUs, on any machine
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     kernel = nb.metadata.get("kernelspec", {}).get("name", "python3")
     sampler = PeakMemory()
     client = NotebookClient(nb, timeout=timeout_s, kernel_name=kernel,
@@ -87,6 +92,8 @@ def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool
         client.execute()
     finally:
         elapsed, peak = time.perf_counter() - start, sampler.stop()
+        os.environ.clear()
+        os.environ.update(saved)
     if write:
         nbformat.write(nb, path)
     if verbose:

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
                 acc = (model(torch.from_numpy(X_test).to(device)).argmax(1).cpu() == torch.from_numpy(y_test))
             if rank == 0:
                 print("RESULT " + json.dumps({"epoch": epoch, "world_size": world, "backend": backend,
-                                              "loss": round((total[0] / total[1]).item(), 6),
+                                              "loss": round((total[0] / total[1]).item(), 3),
                                               "test_accuracy": round(acc.float().mean().item(), 4)}), flush=True)
         if rank == 0 and args.save:
             torch.save({k: v.cpu() for k, v in model.module.state_dict().items()}, args.save)

@@ -1,15 +1,16 @@
-"""Tier 3: the exercises. otter assign builds them (and fails if a solution fails its tests);
-student versions execute to the end and score zero; solutions score full marks."""
+"""Tier 3: the exercises. otter assign builds them; `otter run --debug` grades each version with
+the autograder zip an instructor hands to otter (debug: a cell that raises fails the run instead
+of being skipped): untouched student versions run to the end and score zero, solutions score full
+marks. Two exercises are built and graded at a time (each step is a subprocess)."""
 import json
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -19,23 +20,42 @@ EXERCISES = sorted(p.stem for p in (ROOT / "exercises").glob("[0-9]*.ipynb"))
 OTTER = Path(sys.executable).with_name("otter")
 
 
+@dataclass
+class Graded:
+    """One version of an exercise notebook graded by ``otter run``."""
+
+    returncode: int
+    output: str
+    score: float = 0.0
+    possible: float = 0.0
+
+
+def grade(autograder_zip: Path, notebook: Path, out: Path) -> Graded:
+    """Grade ``notebook`` with ``otter run --debug``: its points, or the failure's output."""
+    out.mkdir(parents=True)
+    proc = subprocess.run([str(OTTER), "run", "--debug", "-a", str(autograder_zip), "-o", str(out), str(notebook)],
+                          capture_output=True, text=True, timeout=300)
+    graded = Graded(proc.returncode, (proc.stdout + proc.stderr)[-3000:])
+    if proc.returncode == 0:
+        tests = [t for t in json.loads((out / "results.json").read_text())["tests"] if "score" in t]
+        graded.score = sum(t["score"] for t in tests)
+        graded.possible = sum(t["max_score"] for t in tests)
+    return graded
+
+
+def build_and_grade(name: str, dest: Path) -> tuple[Path, Graded, Graded]:
+    folder = build_exercises.build(ROOT / "exercises" / f"{name}.ipynb", dest, run_tests=False)
+    zipped = folder / "autograder" / "autograder.zip"
+    student = grade(zipped, folder / "student" / f"{name}.ipynb", dest / "graded" / name / "student")
+    solution = grade(zipped, folder / "autograder" / f"{name}.ipynb", dest / "graded" / name / "solution")
+    return folder, student, solution
+
+
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def graded(tmp_path_factory) -> dict[str, tuple[Path, Graded, Graded]]:
     dest = tmp_path_factory.mktemp("dist")
-    with ThreadPoolExecutor(max_workers=2) as pool:  # otter assign is mostly a subprocess: two at a time
-        folders = pool.map(lambda name: build_exercises.build(ROOT / "exercises" / f"{name}.ipynb", dest), EXERCISES)
-        return dict(zip(EXERCISES, folders))
-
-
-def score(autograder_zip: Path, notebook: Path, tmp: Path) -> tuple[float, float]:
-    """(points scored, points possible) of ``notebook`` graded by ``otter run``."""
-    out = tmp / f"graded_{notebook.parent.name}"
-    out.mkdir()
-    subprocess.run([str(OTTER), "run", "-a", str(autograder_zip), "-o", str(out), str(notebook)],
-                   check=True, capture_output=True, timeout=300)
-    tests = [t for t in json.loads((out / "results.json").read_text())["tests"] if "score" in t]
-    assert tests, "otter run graded no question"
-    return sum(t["score"] for t in tests), sum(t["max_score"] for t in tests)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(EXERCISES, pool.map(lambda name: build_and_grade(name, dest), EXERCISES)))
 
 
 def test_there_are_at_least_two_questions_per_chapter():
@@ -50,24 +70,22 @@ def test_there_are_at_least_two_questions_per_chapter():
 
 
 @pytest.mark.parametrize("name", EXERCISES)
-def test_student_version_hides_the_solutions(built, name):
-    student = nbformat.read(built[name] / "student" / f"{name}.ipynb", as_version=4)
+def test_student_version_hides_the_solutions(graded, name):
+    student = nbformat.read(graded[name][0] / "student" / f"{name}.ipynb", as_version=4)
     code = "\n".join(c.source for c in student.cells if c.cell_type == "code")
     assert "BEGIN SOLUTION" not in code and "# SOLUTION" not in code
     assert "..." in code and 'grader.check("q1")' in code
 
 
 @pytest.mark.parametrize("name", EXERCISES)
-def test_student_version_executes_to_the_end(built, name, tmp_path):
-    folder = shutil.copytree(built[name] / "student", tmp_path / "student")
-    nb = nbformat.read(folder / f"{name}.ipynb", as_version=4)
-    NotebookClient(nb, timeout=120, resources={"metadata": {"path": str(folder)}}).execute()
+def test_untouched_student_version_runs_to_the_end_and_scores_zero(graded, name):
+    student = graded[name][1]
+    assert student.returncode == 0, f"the student version failed to run:\n{student.output}"
+    assert student.score == 0 and student.possible > 0
 
 
 @pytest.mark.parametrize("name", EXERCISES)
-def test_untouched_student_version_scores_zero_and_solution_full_marks(built, name, tmp_path):
-    zipped = built[name] / "autograder" / "autograder.zip"
-    got, possible = score(zipped, built[name] / "student" / f"{name}.ipynb", tmp_path)
-    assert got == 0 and possible > 0
-    got, possible = score(zipped, built[name] / "autograder" / f"{name}.ipynb", tmp_path)
-    assert got == possible > 0
+def test_solution_scores_full_marks(graded, name):
+    solution = graded[name][2]
+    assert solution.returncode == 0, f"the solution failed to run:\n{solution.output}"
+    assert solution.score == solution.possible > 0

@@ -46,7 +46,4 @@ def apply() -> None:
 
 def strip_logs(text: str) -> str:
     """``text`` without the lines that match :data:`LOG_LINE`."""
-    if not text:
-        return text
-    kept = [line for line in text.splitlines(keepends=True) if not LOG_LINE.match(line)]
-    return "".join(kept)
+    return "".join(line for line in text.splitlines(keepends=True) if not LOG_LINE.match(line))

@@ -9,9 +9,9 @@ different order. The number itself is noise; the claim is the bound. So a stored
 
 and the function *checks* the bound (an ``AssertionError`` that names both numbers when it fails),
 so the printed line is a verified claim, identical on every machine. :func:`at_least`,
-:func:`between` and :func:`near` do the same for statistics that vary a little from machine to machine (a share of
-gradient entries flushed to zero, an accuracy after training). Where the exact value teaches
-something, print it too, in a separate cell tagged ``nbval-ignore-output``.
+:func:`between` and :func:`near` do the same for statistics that vary a little from machine to
+machine (a share of gradient entries flushed to zero, an accuracy after training). Where the exact
+value teaches something, print it too, in a separate cell tagged ``nbval-ignore-output``.
 
 ``fmt`` is a format spec for the bound: ``"g"`` (default; ``1e-6``), ``".0%"`` (``5%``), ``".2f"``.
 """

@@ -96,7 +96,7 @@ def allreduce_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], rep
             dist.all_reduce(x)
 
         timing = time_fn(step, repeats=repeats, warmup=warmup, device=device)
-        t = torch.tensor([timing.best if stat == "best" else timing.median])
+        t = torch.tensor([timing.best if stat == "best" else timing.median], device=x.device)  # nccl: on the GPU
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         algbw, busbw = bus_bandwidth(x.numel() * 4, t.item(), world_size)
         rows.append({"bytes": x.numel() * 4, "seconds": t.item(), "algbw": algbw, "busbw": busbw})
@@ -119,13 +119,16 @@ def ddp_step_worker(rank: int, world_size: int, sizes: Sequence[int], batch_per_
     from .models import mlp
 
     torch.manual_seed(rank)
-    model = mlp(list(sizes), seed=0).to(device)
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())  # the GPU launch.run gave this rank
+    model = mlp(list(sizes), seed=0).to(dev)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if world_size > 1:
-        model = DDP(model, device_ids=[torch.device(device).index or 0] if device.startswith("cuda") else None)
+        model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(batch_per_rank, sizes[0], device=device)
-    y = torch.randint(0, sizes[-1], (batch_per_rank,), device=device)
+    x = torch.randn(batch_per_rank, sizes[0], device=dev)
+    y = torch.randint(0, sizes[-1], (batch_per_rank,), device=dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -136,9 +139,9 @@ def ddp_step_worker(rank: int, world_size: int, sizes: Sequence[int], batch_per_
         with model.no_sync() if world_size > 1 else contextlib.nullcontext():
             step()
 
-    with_comm = time_fn(step, repeats=steps, warmup=warmup, device=device).median
-    compute = time_fn(local_step, repeats=steps, warmup=warmup, device=device).median
-    times = torch.tensor([with_comm, compute])
+    with_comm = time_fn(step, repeats=steps, warmup=warmup, device=str(dev)).median
+    compute = time_fn(local_step, repeats=steps, warmup=warmup, device=str(dev)).median
+    times = torch.tensor([with_comm, compute], device=dev)
     if world_size > 1:
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
     return {"step_s": times[0].item(), "compute_s": times[1].item(), "grad_bytes": grad_bytes}

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import quiet
+from . import placement, quiet
 from .progress import Waiting
 
 LOCALHOST = "127.0.0.1"
@@ -160,6 +160,8 @@ def torchrun_nodes(script: str | os.PathLike, *script_args: str, nnodes: int = 2
     head node's address replaced by loopback. Returns each agent's output, in the order the agents
     were started (the rendezvous, not that order, decides which agent becomes node 0).
 
+    Each "node" sees only its own GPUs (:func:`placement.simulated_node_gpus`): with fewer than
+    ``nnodes * nproc_per_node`` GPUs, none, so its processes run on the CPU with gloo.
     ``join_timeout_s`` is how long the agents wait for every node to join before giving up.
     If one agent fails or the timeout passes, all agents are killed and :class:`CommandError` raised.
     """
@@ -169,7 +171,9 @@ def torchrun_nodes(script: str | os.PathLike, *script_args: str, nnodes: int = 2
             f"--rdzv-id=course-{os.getpid()}", f"--rdzv-conf=join_timeout={join_timeout_s:g}"]
     cmds = [_torchrun_cmd(rdzv, script, script_args, nproc_per_node, ranks, extra_args)] * nnodes
     full_env = {**safe_env(threads_per_rank), **(env or {})}
-    return [r.stdout for r in run_commands(cmds, timeout_s=timeout_s, env=full_env, progress=progress)]
+    # real nodes have their own GPUs; simulated ones get disjoint slices, or none (then gloo)
+    gpus = [{"CUDA_VISIBLE_DEVICES": ids} for ids in placement.simulated_node_gpus(nnodes, nproc_per_node)]
+    return [r.stdout for r in run_commands(cmds, timeout_s=timeout_s, env=full_env, envs=gpus, progress=progress)]
 
 
 def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env: dict[str, str] | None = None,

@@ -4,7 +4,8 @@
     torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=HEAD:29500 \
              --rdzv-id=JOB recipes/train_ddp.py            # on every node (see slurm/, kubernetes/)
 
-Uses NCCL with one GPU per process when there are enough GPUs, gloo on CPUs otherwise. Every process
+Uses NCCL with one GPU per process when every process on the node has its own GPU, gloo on the CPU
+otherwise (``course_utils.placement.local_device``; ``COURSE_PROFILE=cpu`` forces the CPU). Every process
 group has a timeout; the data order is seeded (DistributedSampler + set_epoch); only rank 0 logs.
 Rank 0 prints one ``RESULT {json}`` line per epoch and, with ``--save``, writes the final
 ``state_dict`` (CPU tensors) there.
@@ -43,15 +44,11 @@ def main(argv: list[str] | None = None) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from course_utils import data, models
+    from course_utils import data, models, placement
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1")):  # one GPU per process
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    # nccl with its own GPU when every process on this node has one, else gloo on the CPU
+    backend, device = placement.local_device(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     try:

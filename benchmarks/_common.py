@@ -5,7 +5,7 @@ and ``--out DIR`` (default ``results/``); without ``--quick`` it runs the full s
 machine the same script uses the GPUs. Each writes ``DIR/<name>.json``:
 
     {"benchmark": name, "schema": 1, "quick": bool,
-     "meta": {date, host, python, torch, device, gpus, cpu, cpu_cores},
+     "meta": {date, host, python, torch, device, gpus, cpu, cpu_cores[, cuda, driver]},
      "results": [ {...one row per measurement...} ],
      "summary": { ...the few numbers a chapter or the README quotes... }}
 
@@ -19,13 +19,14 @@ import datetime
 import json
 import platform
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # course_utils from this checkout, also when run as a plain script
 
-from course_utils import hardware  # noqa: E402
+from course_utils import hardware, placement  # noqa: E402
 
 SCHEMA_VERSION = 1
 
@@ -42,17 +43,31 @@ def meta() -> dict:
     """Which machine, which software, when."""
     import torch
 
-    gpus = hardware.gpus()
-    return {
+    device = placement.plan(1).device  # where the benchmarks ran (COURSE_PROFILE=cpu: the CPU)
+    doc = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "device": "cuda" if gpus else "cpu",
-        "gpus": gpus,
+        "device": device,
+        "gpus": hardware.gpus() if device == "cuda" else [],
         "cpu": hardware.cpu_model(),
         "cpu_cores": hardware.cpu_cores(),
     }
+    if device == "cuda":
+        doc["cuda"] = torch.version.cuda
+        doc["driver"] = _nvidia_driver()
+    return doc
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA driver version nvidia-smi reports, or None where it cannot be asked."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 def write(name: str, args: argparse.Namespace, results: list[dict], summary: dict) -> Path:

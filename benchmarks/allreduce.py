@@ -12,7 +12,7 @@ The summary fits the alpha-beta ring model to the largest world's times (chapter
 from __future__ import annotations
 
 import _common
-from course_utils import bench, costmodel, hardware, launch
+from course_utils import bench, costmodel, hardware, launch, placement
 
 
 def copy_bandwidth(nbytes: int, device: str, repeats: int) -> float:
@@ -30,10 +30,10 @@ def main(argv: list[str] | None = None) -> dict:
     top = 12 if args.tiny else 24 if args.quick else 28            # 4 KiB * 2**k: 16 KiB, 16 MiB, 256 MiB
     sizes = [4096 * 4**k for k in range((top - 12) // 2 + 1)] if not args.tiny else [4096, 65536]
     repeats = 3 if args.tiny else 5 if args.quick else 20
-    gpus = hardware.gpus()
+    gpu_plan = placement.plan(max(2, placement.gpu_count()))   # every GPU, if each rank can have its own
     runs = [("gloo", "cpu", n) for n in ([2] if args.quick or args.tiny else sorted({2, min(4, hardware.cpu_cores())}))]
-    if len(gpus) >= 2:
-        runs.append(("nccl", "cuda", len(gpus)))
+    if gpu_plan.backend == "nccl":
+        runs.append(("nccl", "cuda", gpu_plan.world_size))
     rows = []
     for backend, device, n in runs:
         measured = launch.run(bench.allreduce_worker, n, args=(sizes,), backend=backend, output="none",

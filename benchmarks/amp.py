@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import _common
-from course_utils import bench, hardware
+from course_utils import bench, hardware, placement
 
 # dense (no sparsity) peak TFLOP/s from NVIDIA's datasheets (SXM parts): fp32, tf32, bf16/fp16
 GPU_PEAKS = {
@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
     small = args.quick or args.tiny
-    device = "cuda" if hardware.gpus() else "cpu"
+    device = placement.plan(1).device
     if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32; TF32 is a separate row
+        torch.backends.cuda.matmul.fp32_precision = "ieee"  # fp32 means fp32 (no TF32)
     dtypes = ["fp32", "bf16"] + (["fp16"] if device == "cuda" else [])
     repeats = 2 if args.tiny else 5 if args.quick else 20
     rows = []

@@ -14,21 +14,21 @@ from __future__ import annotations
 import math
 
 import _common
-from course_utils import bench, costmodel, hardware, launch
+from course_utils import bench, costmodel, hardware, launch, placement
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
-    gpus = hardware.gpus()
-    device, backend = ("cuda", "nccl") if len(gpus) >= 2 else ("cpu", "gloo")
+    plan = placement.plan(max(2, placement.gpu_count()))   # NCCL on every GPU with 2+, else gloo on the CPU
+    device, backend = plan.rank_device, plan.backend
     if args.tiny:
         sizes, batch, steps, worlds = [64, 128, 10], 32, 3, [1, 2]
     elif args.quick:
         sizes, batch, steps, worlds = [256, 1024, 1024, 10], 256, 10, [1, 2]
     elif device == "cuda":
-        sizes, batch, steps, worlds = [4096, 8192, 8192, 8192, 1000], 512, 20, sorted({1, 2, len(gpus)})
+        sizes, batch, steps, worlds = [4096, 8192, 8192, 8192, 1000], 512, 20, sorted({1, 2, plan.world_size})
     else:
         sizes, batch, steps, worlds = [512, 2048, 2048, 10], 512, 20, sorted({1, 2, min(4, hardware.cpu_cores())})
     rows = []

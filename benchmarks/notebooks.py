@@ -2,10 +2,14 @@
 
     python benchmarks/notebooks.py --quick        # chapters 01 and 08 (~40 s)
     python benchmarks/notebooks.py                # every chapter (~7 min on 2 CPU cores)
+    python benchmarks/notebooks.py --torch-only --save DIR   # the GPU reference run: PyTorch chapters,
+                                                             # executed copies in DIR
 
-Runs each notebook with tools/run_notebooks.py's executor without saving it (the stored outputs are
-untouched), in the profile this machine picks (gpu where a GPU is visible, else cpu). Peak memory is
-the largest sum of PSS over the kernel and every process it started, sampled every 0.1 s.
+Runs each notebook with tools/run_notebooks.py's executor without touching the stored outputs, in
+the profile this machine picks (gpu where a GPU is visible, else cpu); ``--save`` keeps each executed
+copy (up to the failing cell where one fails). A chapter that fails is recorded with its error and
+the run goes on. Peak memory is the largest sum of PSS over the kernel and every process it
+started, sampled every 0.1 s.
 """
 from __future__ import annotations
 
@@ -14,12 +18,14 @@ import tempfile
 from pathlib import Path
 
 import _common
-from course_utils import hardware
+from course_utils import placement
 
 sys.path.insert(0, str(_common.ROOT / "tools"))
 import run_notebooks  # noqa: E402
 
 QUICK = ["01_why_parallel.ipynb", "08_caffe2_legacy.ipynb"]
+NOT_TORCH = ["05_tensorflow_strategies.ipynb", "06_keras_multi_device.ipynb", "07_mxnet_legacy.ipynb"]
+"""Chapters that need TensorFlow or MXNet (a GPU machine with only PyTorch skips them: --torch-only)."""
 
 
 def tiny_notebook(folder: Path) -> Path:
@@ -35,20 +41,34 @@ def tiny_notebook(folder: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    parser = _common.parser(__doc__.splitlines()[0])
+    parser.add_argument("--torch-only", action="store_true", help="skip the TensorFlow and MXNet chapters")
+    parser.add_argument("--save", type=Path, help="folder for the executed copies")
+    args = parser.parse_args(argv)
     chapters = sorted((_common.ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     with tempfile.TemporaryDirectory() as tmp:
         if args.tiny:
             paths = [tiny_notebook(Path(tmp))]
         else:
             paths = [p for p in chapters if p.name in QUICK] if args.quick else chapters
-        profile = hardware.profile()
+        if args.torch_only:
+            paths = [p for p in paths if p.name not in NOT_TORCH]
+        if args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+        profile = placement.plan(1).profile
         rows = []
         for path in paths:
-            seconds, peak = run_notebooks.execute(path, write=False, profile=profile)
-            rows.append({"notebook": path.name, "profile": profile, "seconds": seconds, "peak_bytes": peak})
-            print(f"{path.name}: {seconds:.1f} s, peak {peak / 1e6:,.0f} MB", flush=True)
-            summary = {"notebooks": len(rows), "total_s": sum(r["seconds"] for r in rows),
+            row = {"notebook": path.name, "profile": profile}
+            try:
+                row["seconds"], row["peak_bytes"] = run_notebooks.execute(
+                    path, write=False, profile=profile, save_as=args.save / path.name if args.save else None)
+            except Exception as exc:  # a failing chapter is a result; the others still run
+                row.update(seconds=0.0, peak_bytes=0, error=f"{type(exc).__name__}: {str(exc).strip()[-300:]}")
+            rows.append(row)
+            print(f"{path.name}: " + (f"FAILED {row['error']}" if "error" in row
+                                     else f"{row['seconds']:.1f} s, peak {row['peak_bytes'] / 1e6:,.0f} MB"), flush=True)
+            summary = {"notebooks": len(rows), "failed": [r["notebook"] for r in rows if "error" in r],
+                       "total_s": sum(r["seconds"] for r in rows),
                        "max_peak_bytes": max(r["peak_bytes"] for r in rows),
                        "over_1_5_GB": [r["notebook"] for r in rows if r["peak_bytes"] > 1.5e9]}
             _common.write("notebooks", args, rows, summary)  # after each: a cut-off run keeps what it measured

@@ -3,6 +3,7 @@
 One idea per module; importing this package is cheap and imports no deep-learning framework
 (not TensorFlow, Keras or JAX, and not even PyTorch). Each module imports its framework itself:
 
+- ``placement``  the plan every chapter prints: device, backend and sizes for 0, 1 or N GPUs
 - ``hardware``   cores, GPUs, bf16 support, the size profile, seeding, an environment report
 - ``launch``     run a worker on N local processes (gloo/NCCL) and get each rank's result back
 - ``scripts``    run a command or a torchrun job as a subprocess that is always reaped
@@ -15,6 +16,8 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw)
 - ``costmodel``  alpha-beta communication model, Amdahl, memory per parameter and per ZeRO stage, pipeline bubble
 - ``plots``      one consistent figure style
+- ``progress``   a progress bar for long cells and loops
+- ``reference``  GPU numbers committed under results/gpu-*/, read and labelled (never invented)
 - ``compare``    how far apart two runs' weights are (NumPy; any framework's arrays)
 - ``exercises``  helpful assertions for the autograded exercises
 - ``seedcode``   ``expect_error``: run a seed article's failing code, show and check the failure

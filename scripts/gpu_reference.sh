@@ -5,10 +5,12 @@
 #
 #   scripts/gpu_reference.sh [OUT]          OUT defaults to results/gpu-YYYYMMDD
 #
-# Needs the course environment (make venv) on a machine with a CUDA GPU; PY=python overrides the
-# interpreter. Writes OUT/{allreduce,ddp_scaling,amp,notebooks}.json, OUT/nvidia-smi.txt,
-# OUT/versions.txt and OUT/log.txt. Commit OUT to results/ with the date and device in its name;
-# chapter 12 shows those numbers next to the CPU figures it measures.
+# Needs PyTorch on a machine with a CUDA GPU (the course's .venv, or PY=python3 with torch, numpy,
+# matplotlib, nbclient and ipykernel: the chapters run only where Jupyter's packages are). Writes
+# OUT/{device,allreduce,ddp_scaling,amp,step_profile,notebooks}.json, the executed PyTorch chapters
+# in OUT/chapters/, OUT/nvidia-smi.txt, OUT/versions.txt and OUT/log.txt. Commit OUT as
+# results/gpu-<device>-YYYYMMDD/ (e.g. gpu-h200-20261205): course_utils.reference reads it, and
+# chapters 00, 01, 04 and 12 show those numbers beside the ones they measure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -39,9 +41,11 @@ step() {  # step LIMIT_S NAME COMMAND...
   echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
   [ "$rc" -eq 0 ] || failed=1
 }
-step 90  allreduce   "$PY" benchmarks/allreduce.py --out "$OUT"
-step 90  ddp_scaling "$PY" benchmarks/ddp_scaling.py --out "$OUT"
-step 90  amp         "$PY" benchmarks/amp.py --out "$OUT"
-step 180 notebooks   env COURSE_PROFILE=gpu "$PY" benchmarks/notebooks.py --out "$OUT"
+step 45  device       "$PY" benchmarks/device.py --out "$OUT"
+step 60  allreduce    "$PY" benchmarks/allreduce.py --out "$OUT"
+step 60  ddp_scaling  "$PY" benchmarks/ddp_scaling.py --out "$OUT"
+step 60  amp          "$PY" benchmarks/amp.py --out "$OUT"
+step 45  step_profile "$PY" benchmarks/step_profile.py --out "$OUT"
+step 210 notebooks    env COURSE_PROFILE=gpu "$PY" benchmarks/notebooks.py --torch-only --save "$OUT/chapters" --out "$OUT"
 echo "results in $OUT (log: $LOG)"
 exit $failed

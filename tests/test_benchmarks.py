@@ -15,13 +15,17 @@ ROW_KEYS = {
     "ddp_scaling": {"mode", "ranks", "global_batch", "step_s", "compute_s", "samples_per_s", "efficiency",
                     "comm_measured_s", "comm_model_s"},
     "amp": {"kind", "dtype"},
+    "device": {"kind"},
+    "step_profile": {"op", "self_s", "calls", "share"},
     "notebooks": {"notebook", "profile", "seconds", "peak_bytes"},
 }
 SUMMARY_KEYS = {
     "allreduce": {"busbw_over_copy", "gloo_busbw_Bps", "copy_Bps", "alpha_s", "beta_s_per_byte"},
     "ddp_scaling": {"weak_efficiency", "strong_efficiency", "weak_comm_measured_s", "weak_comm_model_s"},
     "amp": {"bf16_speedup", "peak_source", "best_fp32_tflops"},
-    "notebooks": {"total_s", "max_peak_bytes", "over_1_5_GB"},
+    "device": {"device", "best_fp32_gflops", "copy_Bps"},
+    "step_profile": {"device", "step_s", "grad_bytes", "matmul_share", "top_ops"},
+    "notebooks": {"notebooks", "failed", "total_s", "max_peak_bytes", "over_1_5_GB"},
 }
 
 

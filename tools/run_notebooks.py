@@ -72,10 +72,11 @@ class PeakMemory(threading.Thread):
 
 
 def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool = True,
-            profile: str = "cpu") -> tuple[float, int]:
+            profile: str = "cpu", save_as: Path | None = None) -> tuple[float, int]:
     """Run ``path`` in place; return (wall time in s, peak memory of kernel + workers in bytes).
     ``verbose`` prints the processes running at the peak and their PSS; ``write=False`` leaves the
-    file as it was (benchmarks/notebooks.py); ``profile`` is the COURSE_PROFILE to run with."""
+    file as it was (benchmarks/notebooks.py); ``save_as`` writes the executed copy there instead,
+    also when a cell fails (up to the failing cell); ``profile`` is the COURSE_PROFILE to run with."""
     nb = nbformat.read(path, as_version=4)
     saved = dict(os.environ)
     os.environ["COURSE_PROFILE"] = profile
@@ -94,6 +95,8 @@ def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool
         elapsed, peak = time.perf_counter() - start, sampler.stop()
         os.environ.clear()
         os.environ.update(saved)
+        if save_as is not None:
+            nbformat.write(nb, save_as)
     if write:
         nbformat.write(nb, path)
     if verbose:

@@ -1,0 +1,57 @@
+"""course_utils.reference: committed GPU numbers are read and labelled, never made up."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from course_utils import reference
+
+
+def write_run(root: Path, folder: str, benchmark: str, *, date: str, device: str = "cuda",
+              gpus: list[str] | None = None, summary: dict | None = None) -> Path:
+    path = root / folder / f"{benchmark}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"date": date, "device": device, "gpus": ["NVIDIA H200"] if gpus is None else gpus,
+            "torch": "2.13.0", "host": "gpu-host", "python": "3.12.3", "cpu": "x", "cpu_cores": 16}
+    path.write_text(json.dumps({"benchmark": benchmark, "schema": 1, "quick": False, "meta": meta,
+                                "results": [{"kind": "matmul"}], "summary": summary or {"x": 1.0}}))
+    return path
+
+
+def test_nothing_committed_is_none_and_says_so(tmp_path):
+    assert reference.latest("amp", root=tmp_path) is None
+    text = reference.missing("amp")
+    assert "no GPU reference yet" in text and "amp.json" in text and "gpu_reference.sh" in text
+
+
+def test_the_newest_run_wins_by_its_recorded_date(tmp_path):
+    write_run(tmp_path, "gpu-h200-20261205", "amp", date="2026-12-05T10:00:00+00:00", summary={"bf16_speedup": 2.0})
+    write_run(tmp_path, "gpu-h100-20270101", "amp", date="2027-01-01T09:00:00+00:00", summary={"bf16_speedup": 3.0},
+              gpus=["NVIDIA H100 80GB HBM3"])
+    ref = reference.latest("amp", root=tmp_path)
+    assert ref.summary == {"bf16_speedup": 3.0}
+    assert ref.date == "2027-01-01" and ref.device == "NVIDIA H100 80GB HBM3"
+    assert ref.label == ("measured on NVIDIA H100 80GB HBM3, 2027-01-01, torch 2.13.0 "
+                         "(results/gpu-h100-20270101/amp.json)")
+    assert reference.latest("device", root=tmp_path) is None   # other benchmarks are not confused with it
+
+
+def test_several_gpus_are_counted_in_the_label(tmp_path):
+    write_run(tmp_path, "gpu-h200x8-20261205", "allreduce", date="2026-12-05T10:00:00+00:00",
+              gpus=["NVIDIA H200"] * 8)
+    assert reference.latest("allreduce", root=tmp_path).device == "NVIDIA H200 (x8)"
+
+
+@pytest.mark.parametrize("device,gpus", [("cpu", []), ("cuda", [])])
+def test_a_cpu_run_filed_as_gpu_reference_is_an_error(tmp_path, device, gpus):
+    write_run(tmp_path, "gpu-h200-20261205", "amp", date="2026-12-05T10:00:00+00:00", device=device, gpus=gpus)
+    with pytest.raises(ValueError, match="not a GPU"):
+        reference.latest("amp", root=tmp_path)
+
+
+def test_the_repository_holds_only_real_gpu_runs():
+    """Whatever results/gpu-*/ holds was measured on a GPU (reading it raises otherwise)."""
+    for path in reference.RESULTS.glob("gpu-*/*.json"):
+        assert reference.latest(path.stem) is not None

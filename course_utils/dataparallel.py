@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .data import shard
 from .models import mlp
+from .placement import rank_device
 
 
 def average_gradients(model: torch.nn.Module, world_size: int, divide: bool = True) -> None:
@@ -51,14 +52,16 @@ def train(rank: int, world_size: int, X: np.ndarray, y: np.ndarray, *, sizes: li
 
     Returns ``state`` (final parameters), ``losses`` (global mean loss per step), and what this
     rank spent: ``flops`` (matmul flops, forward + backward), ``cpu_s`` and ``wall_s`` seconds.
+    Runs on the rank's device (its own GPU under nccl, else the CPU); ``state`` comes back on the CPU.
     """
     if batch_size % world_size:
         raise ValueError(f"batch_size {batch_size} must divide evenly over {world_size} ranks, "
                          "or the average of the ranks' mean losses is not the global mean")
-    model = mlp(sizes, seed=seed)  # same seed: same initial weights on every rank
+    device = rank_device()
+    model = mlp(sizes, seed=seed).to(device)  # same seed: same initial weights on every rank
     opt = (torch.optim.SGD(model.parameters(), lr=lr) if optimizer == "sgd"
            else torch.optim.Adam(model.parameters(), lr=lr))
-    X_t, y_t = torch.from_numpy(X), torch.from_numpy(y)
+    X_t, y_t = torch.from_numpy(X).to(device), torch.from_numpy(y).to(device)
     loss_fn = torch.nn.functional.cross_entropy if y.dtype.kind == "i" else torch.nn.functional.mse_loss
     losses, flops = [], 0
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -75,5 +78,5 @@ def train(rank: int, world_size: int, X: np.ndarray, y: np.ndarray, *, sizes: li
             loss /= world_size
         opt.step()
         losses.append(loss.item())
-    return {"state": {k: v.clone() for k, v in model.state_dict().items()}, "losses": losses,
+    return {"state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, "losses": losses,
             "flops": flops, "cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - wall0}

@@ -166,12 +166,12 @@ def local_device(local_rank: int, local_world_size: int) -> tuple[str, torch.dev
 
 
 def rank_device() -> torch.device:
-    """The ``torch.device`` of this rank inside an initialised process group: with nccl the GPU
-    :func:`course_utils.launch.run` assigned it (the current CUDA device), with gloo the CPU."""
+    """The ``torch.device`` of this rank: with nccl the GPU :func:`course_utils.launch.run` assigned
+    it (the current CUDA device); with gloo, or outside a process group, the CPU."""
     import torch
     import torch.distributed as dist
 
-    if dist.get_backend() == "nccl":
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from course_utils import reference
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "benchmarks" / "schema.json").read_text())
 ROW_KEYS = {
@@ -39,6 +41,8 @@ def test_tiny_run_writes_valid_json(name, tmp_path):
     assert doc["benchmark"] == name and doc["quick"] is True
     assert all(ROW_KEYS[name] <= row.keys() for row in doc["results"])
     assert SUMMARY_KEYS[name] <= doc["summary"].keys()
+    if name in ("device", "amp", "allreduce", "step_profile"):   # what a chapter quotes reads any run
+        assert reference.describe(reference.Reference(tmp_path / f"{name}.json", doc))
     numbers = [v for row in doc["results"] for k, v in row.items() if k.endswith(("_s", "seconds", "_Bps"))]
     assert numbers and all(isinstance(v, float) and v >= 0 for v in numbers)
 

@@ -157,3 +157,14 @@ def test_env_argument_shows_the_rules_whatever_the_environment(monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "cpu")
     assert placement.plan(2, gpus=2, env={}).backend == "nccl"
     assert placement.plan(2, gpus=2).backend == "gloo"
+
+
+def _rank_device_worker(rank: int, world_size: int) -> str:
+    return str(placement.rank_device())
+
+
+def test_rank_device_is_the_cpu_under_gloo_and_outside_a_group():
+    from course_utils import launch
+
+    assert str(placement.rank_device()) == "cpu"
+    assert launch.run(_rank_device_worker, world_size=2, backend="gloo") == ["cpu", "cpu"]

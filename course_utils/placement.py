@@ -55,6 +55,7 @@ class Plan:
     backend: str                    # multi-process cells: "nccl" or "gloo"
     rank_devices: tuple[str, ...]   # one per rank: "cuda:0", "cuda:1", ... or "cpu"
     gpus_unused: bool = False       # COURSE_PROFILE=cpu on a machine with GPUs
+    framework: str = "PyTorch"      # whose GPUs were counted (chapters 05-08 count their framework's own)
 
     @property
     def profile(self) -> str:
@@ -80,6 +81,8 @@ class Plan:
         return gpu if self.rank_profile == "gpu" else cpu
 
     def __str__(self) -> str:
+        if self.framework != "PyTorch":
+            return self._other_framework()
         ranks = f"{self.world_size} ranks" if self.world_size > 1 else ""
         if self.device == "cpu":
             text = "plan: everything on the CPU at CPU sizes"
@@ -95,6 +98,19 @@ class Plan:
         return (text + f"; {ranks} on the CPU over gloo at CPU sizes "
                 f"(NCCL needs one GPU per rank: {self.gpus} < {self.world_size})")
 
+    def _other_framework(self) -> str:
+        """The plan for a framework that is not PyTorch: its own GPU count, no process-group backend."""
+        text = f"plan ({self.framework} sees {_count(self.gpus, 'GPU')}): "
+        if self.device == "cpu":
+            text += "everything on the CPU at CPU sizes"
+            return text + (" (COURSE_PROFILE=cpu: GPUs left unused)" if self.gpus_unused else "")
+        text += "single-device work on the GPU at GPU sizes"
+        if self.world_size == 1:
+            return text
+        if self.rank_profile == "gpu":
+            return text + "; replicas on the GPUs at GPU sizes"
+        return text + f"; replicas on CPU devices at CPU sizes (one GPU per replica needs {self.world_size}+ GPUs)"
+
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
@@ -105,14 +121,20 @@ def gpu_count() -> int:
     return len(hardware.gpus())
 
 
-def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str] | None = None) -> Plan:
+def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str] | None = None,
+         framework: str = "PyTorch") -> Plan:
     """Decide where a chapter's work runs (see the module docstring for the rules).
 
     ``world_size``: the most ranks any multi-process cell of the chapter starts (1 if none).
     ``gpus``: how many CUDA GPUs are visible; by default PyTorch is asked (tests pass a number).
     ``env``: where to read ``COURSE_PROFILE`` (default ``os.environ``; ``{}`` shows the rules unset).
+    ``framework``: whose GPUs ``gpus`` counts, for a chapter whose work runs in another framework
+    (TensorFlow, MXNet, onnxruntime: the course installs their CPU builds, so they may see none
+    where PyTorch sees some, and their sizes must follow *their* device). Its ranks are "replicas":
+    GPU sizes when there is one GPU per replica, as ``MirroredStrategy`` over the GPUs needs.
     ``COURSE_PROFILE=cpu`` keeps everything on the CPU; ``COURSE_PROFILE=gpu`` insists on a GPU
-    and fails with a clear message where there is none.
+    and fails with a clear message where PyTorch sees none (another framework without GPUs runs
+    on the CPU: a GPU machine runs chapters 05-08 with the CPU builds the course installs).
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size must be an integer >= 1 (the most ranks a cell starts), got {world_size!r}")
@@ -120,7 +142,7 @@ def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str]
     visible = gpu_count() if gpus is None else gpus
     if visible < 0:
         raise ValueError(f"gpus must be >= 0, got {visible}")
-    if requested == "gpu" and visible == 0:
+    if requested == "gpu" and visible == 0 and framework == "PyTorch":   # another framework's CPU build: the CPU
         raise ValueError(f"{hardware.PROFILE_ENV}=gpu, but PyTorch sees no CUDA GPU (torch.cuda.is_available() "
                          f"is False or CUDA_VISIBLE_DEVICES hides them). Unset {hardware.PROFILE_ENV} to run on "
                          "the CPU, or install a CUDA build of PyTorch (see the README).")
@@ -130,7 +152,7 @@ def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str]
     else:
         backend, rank_devices = "gloo", ("cpu",) * world_size
     return Plan(world_size=world_size, gpus=visible, device="cuda" if on_gpu else "cpu", backend=backend,
-                rank_devices=rank_devices, gpus_unused=visible > 0 and not on_gpu)
+                rank_devices=rank_devices, gpus_unused=visible > 0 and not on_gpu, framework=framework)
 
 
 def _requested_profile(env: Mapping[str, str] | None = None) -> str | None:

@@ -11,13 +11,20 @@ line in a stored output makes strict nbval fail on the next machine. Two measure
 - :func:`strip_logs`: removes the lines that no variable silences (absl writes some before it reads
   its settings: ``TF_CPP_MIN_LOG_LEVEL=3`` still prints the oneDNN notice) from a subprocess's
   captured output. :data:`LOG_LINE` is the pattern; the tests check every stored output with it.
+- :func:`import_quietly`: imports a module in this process with those lines removed from what it
+  writes to file descriptor 2 while it loads (TensorFlow, imported by a notebook's kernel: its
+  oneDNN notice appears only on some CPUs, so a stored output must never contain it).
 
 Errors are never hidden: a failing command's error message carries its raw output.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import re
+import sys
+import tempfile
+from types import ModuleType
 
 ENV: dict[str, str] = {
     "TF_CPP_MIN_LOG_LEVEL": "2",     # TensorFlow C++: errors only (3 would hide errors too)
@@ -47,3 +54,24 @@ def apply() -> None:
 def strip_logs(text: str) -> str:
     """``text`` without the lines that match :data:`LOG_LINE`."""
     return "".join(line for line in text.splitlines(keepends=True) if not LOG_LINE.match(line))
+
+
+def import_quietly(name: str) -> ModuleType:
+    """``importlib.import_module(name)``, with the framework log lines (:data:`LOG_LINE`) it writes to
+    file descriptor 2 while loading removed; any other line it writes there is passed on to stderr."""
+    if name in sys.modules:
+        return sys.modules[name]
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            return importlib.import_module(name)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            rest = strip_logs(captured.read().decode(errors="replace"))
+            if rest:
+                sys.stderr.write(rest)
+                sys.stderr.flush()

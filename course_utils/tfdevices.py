@@ -3,9 +3,12 @@
 TensorFlow fixes its device list when it first runs an op; after that the split cannot change.
 :func:`logical_cpus` is therefore safe to call again with the same N (a notebook re-run) and
 raises a clear error for a different N. :func:`replica_devices` is what chapters call: the real
-GPUs where TensorFlow has any, else N logical CPUs. TensorFlow is imported only when they are called.
+GPUs where TensorFlow has any, else N logical CPUs. TensorFlow is imported only when they are called
+(without the log lines it prints on some CPUs: :func:`course_utils.quiet.import_quietly`).
 """
 from __future__ import annotations
+
+from . import quiet
 
 
 def logical_cpus(n: int) -> list[str]:
@@ -16,7 +19,7 @@ def logical_cpus(n: int) -> list[str]:
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    import tensorflow as tf
+    tf = quiet.import_quietly("tensorflow")   # without the log lines some CPUs get
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)
@@ -36,12 +39,20 @@ def logical_cpus(n: int) -> list[str]:
     return [d.name for d in tf.config.list_logical_devices("CPU")]
 
 
+def gpu_count() -> int:
+    """GPUs TensorFlow itself can use: 0 with tensorflow-cpu, the build the course installs, whatever
+    PyTorch sees. Listing them does not start TensorFlow's devices: :func:`logical_cpus` still works after."""
+    tf = quiet.import_quietly("tensorflow")   # without the log lines some CPUs get
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
 def replica_devices(n_cpu: int) -> list[str]:
     """The devices a strategy should put one replica on: every GPU TensorFlow can use when it sees
     two or more (with memory growth on), else ``n_cpu`` logical CPUs — one GPU has nothing to
     mirror over (see :func:`logical_cpus`; same rules: call it before any other TensorFlow code).
     """
-    import tensorflow as tf
+    tf = quiet.import_quietly("tensorflow")   # without the log lines some CPUs get
 
     gpus = tf.config.list_physical_devices("GPU")
     if len(gpus) >= 2:

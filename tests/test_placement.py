@@ -168,3 +168,18 @@ def test_rank_device_is_the_cpu_under_gloo_and_outside_a_group():
 
     assert str(placement.rank_device()) == "cpu"
     assert launch.run(_rank_device_worker, world_size=2, backend="gloo") == ["cpu", "cpu"]
+
+
+def test_other_frameworks_count_their_own_gpus(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "gpu")       # PyTorch's GPUs do not put TensorFlow on one
+    tf = placement.plan(2, gpus=0, framework="TensorFlow")
+    assert (tf.device, tf.rank_profile, tf.sizes(cpu=1, gpu=2)) == ("cpu", "cpu", 1)
+    assert str(tf) == "plan (TensorFlow sees 0 GPUs): everything on the CPU at CPU sizes"
+    monkeypatch.delenv("COURSE_PROFILE")
+    one = placement.plan(2, gpus=1, framework="TensorFlow")
+    assert (one.sizes(cpu=1, gpu=2), one.rank_sizes(cpu=1, gpu=2)) == (2, 1)
+    assert str(one) == ("plan (TensorFlow sees 1 GPU): single-device work on the GPU at GPU sizes; "
+                        "replicas on CPU devices at CPU sizes (one GPU per replica needs 2+ GPUs)")
+    assert str(placement.plan(2, gpus=4, framework="TensorFlow")).endswith("replicas on the GPUs at GPU sizes")
+    mxnet = str(placement.plan(gpus=0, framework="MXNet"))
+    assert mxnet == "plan (MXNet sees 0 GPUs): everything on the CPU at CPU sizes"

@@ -84,3 +84,17 @@ def test_tensorflow_subprocess_prints_no_log_line_even_where_onednn_is_on():
     code = "import tensorflow as tf; print(int(tf.reduce_sum(tf.ones(3))))"
     out = scripts.run_command([sys.executable, "-c", code], env={"TF_ENABLE_ONEDNN_OPTS": "1"}, timeout_s=120)
     assert out.stdout == "3\n", out.stdout
+
+
+def test_import_quietly_drops_log_lines_a_module_writes_while_loading(tmp_path, monkeypatch, capfd):
+    (tmp_path / "noisy_framework.py").write_text(
+        "import os\n"
+        "os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\\n')\n"
+        "os.write(2, b'I0000 00:00:1796456565.516251    8915 port.cc:153] oneDNN custom operations are on.\\n')\n"
+        "os.write(2, b'a real problem\\n')\n"
+        "VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = quiet.import_quietly("noisy_framework")
+    assert module.VALUE == 42 and quiet.import_quietly("noisy_framework") is module
+    err = capfd.readouterr().err
+    assert err == "a real problem\n"

@@ -25,7 +25,8 @@ def test_anatomy(path):
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith(f"# {path.name[:2]} ·")
     assert "**Question.**" in nb.cells[0].source and "Runs on:" in nb.cells[0].source
     params = [c for c in nb.cells if "parameters" in tags(c)]
-    assert len(params) == 1 and "course_utils.profile()" in params[0].source
+    assert len(params) == 1 and "placement.plan(" in params[0].source   # one decision: device, backend, sizes
+    assert "print(PLAN)" in params[0].source                              # ... said in one line
     for heading in ("## What the seed", "## Summary", "## Exercises"):  # "seed says" or "seeds say"
         assert heading in text, heading
     links = re.findall(r"\(\.\./(exercises/[^)]+\.ipynb)\)", text)

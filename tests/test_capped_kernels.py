@@ -68,3 +68,37 @@ def test_the_last_bits_of_floats_change(native_and_capped):
     assert len(changed) >= 2, f"capping changed only {changed}: {native} vs {capped}"
     for k in ("matmul", "tanh_sum", "numpy_matmul"):   # ... and only the last bits
         assert abs(native[k] - capped[k]) <= 1e-4 * max(1.0, abs(native[k])), k
+
+
+TF_BF16 = """
+import tensorflow as tf
+@tf.function
+def f(a, b):
+    return tf.nn.relu(tf.matmul(a, b))
+a = tf.cast(tf.random.stateless_normal((64, 128), seed=(0, 1)), tf.bfloat16)
+b = tf.cast(tf.random.stateless_normal((128, 32), seed=(0, 2)), tf.bfloat16)
+print("bf16 matmul ok", float(tf.reduce_sum(tf.cast(f(a, b), tf.float32))) > 0)
+"""
+
+
+def makefile_capped_env() -> dict[str, str]:
+    """The environment the notebook tier really runs under (`make capped-kernels` prints it)."""
+    out = subprocess.run(["make", "-s", "--no-print-directory", "capped-kernels"], cwd=ENV_FILE.parents[1],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    return dict(pair.split("=", 1) for pair in out.split())
+
+
+def test_the_makefile_compares_under_the_env_file():
+    env = makefile_capped_env()
+    assert {k: v for k, v in capped_env().items() if k != "TF_ENABLE_ONEDNN_OPTS"}.items() <= env.items()
+    assert env["TF_ENABLE_ONEDNN_OPTS"] in ("0", "1")
+
+
+def test_tensorflow_bf16_runs_under_the_caps():
+    """Chapter 06 trains with mixed_bfloat16. On an AVX-512 CPU TensorFlow's oneDNN bf16 kernels,
+    capped to SSE4, abort the process ("could not create a primitive descriptor"): the notebook tier
+    would hang on a dead kernel. The Makefile turns that path off there; this fails if it stops."""
+    base = {k: v for k, v in os.environ.items() if k not in capped_env()}
+    proc = subprocess.run([sys.executable, "-c", TF_BF16], env={**base, **makefile_capped_env()},
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and "bf16 matmul ok True" in proc.stdout, proc.stderr[-2000:]

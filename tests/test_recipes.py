@@ -1,13 +1,19 @@
-"""The multi-node recipes (SLURM, Kubernetes) parse, and launch what notebook 03 runs on localhost."""
+"""The multi-node recipes (SLURM, Kubernetes) parse, launch what notebook 03 runs on localhost, and the
+Kubernetes manifest is valid for the Kubernetes API (its schema, offline). The SLURM recipe is also run
+for real on a private SLURM cluster: tests/slurm/."""
 import ast
+import copy
 import importlib.util
 import re
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import kubernetes_validate
 import nbformat
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,9 +30,9 @@ def train_ddp():
 
 def split_launch(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     """torchrun's ``--flag=value`` options (as a dict) and the script's own arguments."""
-    i = argv.index(SCRIPT)
+    i = next(i for i, a in enumerate(argv) if a.endswith(SCRIPT))
     flags = dict(a.removeprefix("--").split("=", 1) for a in argv[:i] if a.startswith("--"))
-    return flags, argv[i + 1:]
+    return flags, [a for a in argv[i + 1:] if a != "$@"]   # "$@": the sbatch script's own arguments
 
 
 def slurm_launch() -> tuple[str, dict[str, str], list[str]]:
@@ -61,9 +67,12 @@ def test_sbatch_is_valid_bash_and_asks_for_what_torchrun_uses():
     subprocess.run(["bash", "-n", str(RECIPES / "slurm" / "train_ddp.sbatch")], check=True)
     text, flags, args = slurm_launch()
     sbatch = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)", text, flags=re.M))
-    assert flags["nproc-per-node"] == sbatch["gpus-per-node"]
     assert sbatch["ntasks-per-node"] == "1", "one torchrun agent per node"
+    assert flags["nproc-per-node"] == "$NPROC_PER_NODE" and "${SLURM_GPUS_ON_NODE" in text, "one process per GPU"
+    k8s_flags, _ = split_launch(kubernetes_docs()[1]["spec"]["template"]["spec"]["containers"][0]["command"])
+    assert sbatch["gpus-per-node"] == k8s_flags["nproc-per-node"] == "8", "both recipes describe 8-GPU nodes"
     assert flags["nnodes"] == "$SLURM_NNODES" and flags["rdzv-backend"] == "c10d"
+    assert flags["rdzv-endpoint"] == "$HEAD_ADDR:$RDZV_PORT"
     assert flags["rdzv-id"] == "$SLURM_JOB_ID" and flags["rdzv-conf"].startswith("join_timeout=")
     train_ddp().parse_args(args)
 
@@ -101,3 +110,48 @@ def test_train_ddp_refuses_to_run_without_torchrun():
     out = subprocess.run([sys.executable, str(RECIPES / "train_ddp.py")],
                          capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 1 and "launch it with torchrun" in out.stderr
+
+
+# The Kubernetes manifest is not run (no cluster can start here): it is validated against the schema of
+# the Kubernetes API, which kubernetes-validate bundles for every version from 1.25 to 1.37
+KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")   # the oldest version still in common use here, and the newest
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+    def refuse(sock, address):
+        raise AssertionError(f"the schema check tried to reach the network: {address}")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_kubernetes_manifest_is_valid_for_the_kubernetes_api(offline, version):
+    for doc in kubernetes_docs():
+        kubernetes_validate.validate(doc, version, strict=True)   # strict: unknown fields are errors
+
+
+def broken(path: tuple, value=None, rename: str | None = None) -> list[dict]:
+    """The manifest with one field changed (``value``) or misspelled (``rename``)."""
+    docs = copy.deepcopy(kubernetes_docs())
+    *parents, key = path
+    node = docs
+    for p in parents:
+        node = node[p]
+    if rename:
+        node[rename] = node.pop(key)
+    else:
+        node[key] = value
+    return docs
+
+
+@pytest.mark.parametrize("path, value, rename, error", [
+    ((1, "spec", "completionMode"), None, "completionMod", "completionMod"),              # misspelled field
+    ((1, "spec", "parallelism"), "two", None, "'two' is not of type 'integer'"),         # wrong type
+    ((1, "spec", "template", "spec", "containers", 0, "name"), None, "nme", "'name' is a required property"),
+    ((0, "spec", "ports", 0, "port"), "29500", None, "'29500' is not of type 'integer'"),  # YAML quoting slip
+], ids=["misspelled", "wrong-type", "missing-required", "quoted-port"])
+def test_a_broken_manifest_fails_the_schema_check(offline, path, value, rename, error):
+    with pytest.raises(kubernetes_validate.ValidationError, match=re.escape(error)):
+        for doc in broken(path, value, rename):
+            kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[-1], strict=True)

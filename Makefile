@@ -43,14 +43,20 @@ CHROMIUM ?= /usr/bin/chromium
 HAVE_APT := $(shell command -v apt-get >/dev/null && echo 1)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 READER_TESTS := tests/test_binder.py tests/test_book.py tests/test_browser.py
+# The SLURM tier (tests/slurm) submits recipes/slurm/train_ddp.sbatch to a private SLURM cluster it
+# starts and stops itself. Installing slurmd and munged is intrusive on a contributor's own machine,
+# so Debian's packages are installed (never started or enabled: tools/install_slurm.sh) only where
+# CI=true (CI sets it) or with `make test SLURM=1`; elsewhere the tier skips and says how to run it
+SLURM ?= $(if $(filter true,$(CI)),1,0)
 # Jupyter refuses to run as root (containers, CI machines) unless told it is intended
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help capped-kernels venv lab test lint test-unit test-reader test-notebooks test-exercises student book outputs browser clean
+.PHONY: help capped-kernels venv lab test lint test-unit test-reader test-slurm test-notebooks test-exercises student book outputs browser slurm clean
 
 help:
 	@echo "make lab      open JupyterLab (creates .venv and .venv-mxnet first if needed)"
-	@echo "make test     run all test tiers (unit, notebooks, exercises, environment)"
+	@echo "make test     run all test tiers (unit, reader, SLURM, notebooks, exercises)"
+	@echo "              SLURM=1 installs Debian's slurm + munge for the SLURM tier (CI=true does)"
 	@echo "make student  build student + autograder versions of the exercises into dist/"
 	@echo "make book     build the course site (Jupyter Book) into build/book/_build/html/"
 	@echo "make outputs  re-execute the notebooks so their stored outputs are current"
@@ -80,13 +86,14 @@ lab: $(STAMP) $(MXSTAMP)
 	  --LabApp.default_url=/lab/tree/notebooks/00_setup_and_hardware.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP) $(MXSTAMP)
-	$(MAKE) --no-print-directory lint test-unit test-reader test-notebooks test-exercises
+	$(MAKE) --no-print-directory lint test-unit test-reader test-slurm test-notebooks test-exercises
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check
 
 test-unit: $(STAMP) $(MXSTAMP)
-	$(PY) -m pytest tests -q -p no:cacheprovider --ignore=tests/exercises $(addprefix --ignore=,$(READER_TESTS))
+	$(PY) -m pytest tests -q -p no:cacheprovider --ignore=tests/exercises --ignore=tests/slurm \
+	  $(addprefix --ignore=,$(READER_TESTS))
 
 # what a reader meets: Binder's config, the site, JupyterLab in a browser (screenshot: build/screenshots/)
 test-reader: $(STAMP) browser
@@ -98,6 +105,17 @@ browser:
 	  echo "installing Debian's chromium for the browser test (apt-get, ~1 min)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "no apt-get: the browser test is skipped unless CHROMIUM=/path/to/chromium is set"; fi
+
+# a real SLURM (one host, two slurmd "nodes"): the course's sbatch script, submitted and checked
+test-slurm: $(STAMP) slurm
+	COURSE_REQUIRE_SLURM=$(SLURM) $(PY) -m pytest tests/slurm -q -p no:cacheprovider
+
+slurm:
+	@if [ "$(SLURM)" != 1 ] || { command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged; } >/dev/null; then :; \
+	elif [ -n "$(HAVE_APT)" ]; then \
+	  echo "installing Debian's slurm and munge for the SLURM tier (apt-get, ~10 s; not started, not enabled)"; \
+	  $(SUDO) bash tools/install_slurm.sh; \
+	else echo "no apt-get: the SLURM tier cannot install SLURM here (it needs Debian's slurm and munge)"; fi
 
 test-notebooks: $(STAMP) $(MXSTAMP)
 	$(NBVAL) -q notebooks $(addprefix --ignore=,$(MXNET_NOTEBOOKS))

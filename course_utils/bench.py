@@ -68,6 +68,52 @@ def time_fn(fn: Callable[[], object], *, repeats: int = 10, warmup: int = 2,
     return Timing(samples)
 
 
+def count_allreduces(ddp_model) -> list[int]:
+    """Instrument a ``DistributedDataParallel`` model: its gradient all-reduces run as before (DDP's
+    default hook) and are counted. Returns a one-element list holding the count (``counter[0]``).
+
+    A Python comm hook runs on gloo's threads: destroy the process group only after the model is
+    gone and ``gc.collect()`` ran (pytorch/pytorch#56297), or the two can deadlock on the GIL.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    counter = [0]
+
+    def counting_allreduce(state, bucket):
+        counter[0] += 1
+        return default_hooks.allreduce_hook(None, bucket)
+
+    ddp_model.register_comm_hook(None, counting_allreduce)
+    return counter
+
+
+def record_buckets(ddp_model) -> list[dict]:
+    """Instrument a ``DistributedDataParallel`` model: record each gradient bucket's all-reduce as a dict
+    (``bucket`` index, ``params`` names, ``bytes``, ``start`` and ``end`` in ``time.perf_counter()``
+    seconds: when DDP launched it and when its future completed, host time). Returns the list the
+    records are appended to; clear it between steps. Under NCCL a future completes when the
+    collective is queued on the GPU, not when it finishes: time GPU collectives with CUDA events.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    names = {id(p): n for n, p in ddp_model.module.named_parameters()}
+    events: list[dict] = []
+
+    def timed_allreduce(state, bucket):
+        event = {"bucket": bucket.index(), "start": time.perf_counter(),
+                 "params": [names[id(p)] for p in bucket.parameters()],
+                 "bytes": bucket.buffer().numel() * bucket.buffer().element_size()}
+        events.append(event)
+
+        def done(fut):
+            event["end"] = time.perf_counter()
+            return fut.value()
+        return default_hooks.allreduce_hook(None, bucket).then(done)
+
+    ddp_model.register_comm_hook(None, timed_allreduce)
+    return events
+
+
 def matmul_gflops(n: int, seconds: float) -> float:
     """GFLOP/s of an ``n x n`` by ``n x n`` matmul that took ``seconds`` (2 n^3 flops)."""
     return 2 * n**3 / seconds / 1e9

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -35,15 +36,21 @@ def chapter_cells() -> list[str]:
 
 
 def chapter_reference(workdir: Path) -> dict[str, torch.Tensor]:
-    """Chapter 03's single-process reference (its own ``train_reference``, from its %%writefile cell),
+    """Chapter 03's single-process reference (its own ``train_reference``, from its %%writefile cells),
     for the arguments the recipe passes to train_ddp.py."""
-    source = next(s for s in chapter_cells() if s.startswith("%%writefile work/ch03_ddp.py"))
-    path = workdir / "ch03_ddp.py"
-    path.write_text(source.split("\n", 1)[1])
+    for source in chapter_cells():
+        if source.startswith("%%writefile work/ch03_"):
+            first, body = source.split("\n", 1)
+            (workdir / Path(first.split()[-1]).name).write_text(body)
+    sys.path.insert(0, str(workdir))     # the chapter's modules import one another
+    try:
+        reference = load("ch03_reference", workdir / "ch03_reference.py")
+    finally:
+        sys.path.remove(str(workdir))
     recipe = load("train_ddp", ROOT / "recipes" / "train_ddp.py").parse_args(
         re.search(r"train_ddp\.py\" (.*?) --save", SBATCH.read_text()).group(1).split())
-    return load("ch03_ddp", path).train_reference(hidden=recipe.hidden, epochs=recipe.epochs, batch=recipe.batch_size,
-                                                  lr=recipe.lr, seed=recipe.seed, world_size=2)
+    return reference.train_reference(hidden=recipe.hidden, epochs=recipe.epochs, batch=recipe.batch_size,
+                                     lr=recipe.lr, seed=recipe.seed, world_size=2)
 
 
 def results(output: str) -> list[dict]:

@@ -1,5 +1,6 @@
-"""The course site: Jupyter Book 1 builds from the stored outputs; every chapter page has its figures
-and every exercise page its questions, without solutions."""
+"""The course site: Jupyter Book 1 builds from the stored outputs; the chapters in the course's parts;
+every chapter page has its figures and no plumbing (no progress bar frozen at 0%, no Colab set-up
+code); every exercise page has its questions, without solutions."""
 import html
 import re
 import sys
@@ -33,6 +34,33 @@ def test_table_of_contents_lists_the_chapters_in_order(site):
     assert list(dict.fromkeys(linked)) == [f"notebooks/{p.stem}" for p in CHAPTERS]
     shown = text_of(site / "intro.html")
     assert all(build_book.title(p).replace("`", "") in shown for p in CHAPTERS)
+
+
+def test_table_of_contents_has_the_four_parts_in_order(site):
+    shown = text_of(site / "intro.html")
+    parts = [*build_book.PARTS, "Exercises"]
+    assert len(parts) == 5
+    where = [shown.find(caption) for caption in parts]
+    assert -1 not in where and where == sorted(where), f"part captions missing or out of order: {where}"
+    for caption, numbers in build_book.PARTS.items():   # each part's chapters come after its caption
+        first = next(p for p in CHAPTERS if p.name.startswith(numbers[0]))
+        assert shown.find(caption) < shown.find(build_book.title(first).replace("`", ""))
+
+
+def test_toc_refuses_a_chapter_missing_from_the_parts(tmp_path):
+    extra = tmp_path / "13_new_chapter.ipynb"
+    with pytest.raises(SystemExit, match="must list every chapter once"):
+        build_book.toc([*CHAPTERS, extra], EXERCISES)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_page_shows_no_plumbing(site, chapter):
+    """Stored progress bars show their first frame ("0%"): the site drops them. The Colab cell is hidden."""
+    source = chapter.read_text()
+    page = (site / "notebooks" / f"{chapter.stem}.html").read_text()
+    assert "google.colab" in source and "google.colab" not in page
+    assert not re.search(r"\b0%\|", text_of(site / "notebooks" / f"{chapter.stem}.html"))
+    assert "Open in Colab" in page     # the badge stays: it is how a reader runs the chapter
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)

@@ -5,10 +5,17 @@
 Stages OUT/book-src/: book/_config.yml and book/intro.md, every chapter as notebooks/NN_name.ipynb,
 and the student version of every exercise (solutions removed by `otter assign --no-run-tests`) as
 exercises/NN_name.ipynb, so the chapters' ../exercises/ links keep working. Writes the table of
-contents in chapter order, then runs `jupyter-book build`; the site is OUT/book/_build/html/.
+contents in the course's four parts (:data:`PARTS`), then runs `jupyter-book build`; the site is
+OUT/book/_build/html/.
+
+The staged chapters differ from the stored ones in two ways, both plumbing a reader of the site
+should not meet: the Colab set-up cell is tagged ``remove-cell`` (it still runs on Colab), and the
+progress bars are dropped (a notebook stores a bar's first frame, "0%", which on a static page
+reads like a hang).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +28,15 @@ from build_exercises import build as build_exercise  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 JUPYTER_BOOK = Path(sys.executable).with_name("jupyter-book")
+# The table of contents: the chapters (by number) of each part of the course
+PARTS = {
+    "Foundations": ["00", "01", "02", "03", "04"],
+    "The frameworks of the seed": ["05", "06", "07", "08"],
+    "Scaling one model over many devices": ["09", "10"],
+    "Operating at scale": ["11", "12"],
+}
+WIDGET = "application/vnd.jupyter.widget-view+json"
+PROGRESS = re.compile(r"\d+%\|")      # tqdm's text form: "label:   0%|          | 0/3 [00:00<?, ?it/s]"
 
 
 def title(path: Path) -> str:
@@ -30,6 +46,38 @@ def title(path: Path) -> str:
         if line.startswith("# "):
             return line[2:].strip()
     raise SystemExit(f"{path} does not start with a '# NN · Title' heading")
+
+
+def is_progress_bar(output: dict) -> bool:
+    data = output.get("data", {})
+    return WIDGET in data and bool(PROGRESS.search(data.get("text/plain", "")))
+
+
+def for_the_site(chapter: Path, dest: Path) -> None:
+    """Copy ``chapter`` to ``dest`` without its progress bars, its Colab cell hidden."""
+    nb = nbformat.read(chapter, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if "google.colab" in cell.source:
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), "remove-cell"]
+        cell.outputs = [o for o in cell.outputs if not is_progress_bar(o)]
+    nbformat.write(nb, dest)
+
+
+def toc(chapters: list[Path], exercises: list[Path]) -> str:
+    """_toc.yml: the chapters in their parts, then the exercises."""
+    by_number = {p.name[:2]: p for p in chapters}
+    placed = [n for numbers in PARTS.values() for n in numbers]
+    if sorted(placed) != sorted(by_number):
+        raise SystemExit(f"tools/build_book.py PARTS must list every chapter once: it lists {placed}, "
+                         f"the chapters are {sorted(by_number)}")
+    lines = ["# written by tools/build_book.py", "format: jb-book", "root: intro", "parts:"]
+    for caption, numbers in PARTS.items():
+        lines += [f"- caption: {caption}", "  chapters:"]
+        lines += [f"  - file: notebooks/{by_number[n].stem}" for n in numbers]
+    lines += ["- caption: Exercises", "  chapters:"] + [f"  - file: exercises/{p.stem}" for p in exercises]
+    return "\n".join(lines) + "\n"
 
 
 def stage(out: Path) -> Path:
@@ -42,17 +90,12 @@ def stage(out: Path) -> Path:
         shutil.copy(ROOT / "book" / name, src / name)
     chapters = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     for chapter in chapters:
-        shutil.copy(chapter, src / "notebooks" / chapter.name)
+        for_the_site(chapter, src / "notebooks" / chapter.name)
     exercises = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
     for exercise in exercises:
         built = build_exercise(exercise, out / "exercises", run_tests=False)
         shutil.copy(built / "student" / exercise.name, src / "exercises" / exercise.name)
-    toc = ["# written by tools/build_book.py", "format: jb-book", "root: intro", "parts:",
-           "- caption: Chapters", "  chapters:"]
-    toc += [f"  - file: notebooks/{p.stem}" for p in chapters]
-    toc += ["- caption: Exercises", "  chapters:"]
-    toc += [f"  - file: exercises/{p.stem}" for p in exercises]
-    (src / "_toc.yml").write_text("\n".join(toc) + "\n")
+    (src / "_toc.yml").write_text(toc(chapters, exercises))
     return src
 
 

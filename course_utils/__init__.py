@@ -13,7 +13,8 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``data``       synthetic and bundled datasets as NumPy arrays
 - ``models``     the few small PyTorch models used across chapters
 - ``dataparallel`` data parallel training from scratch (gradient averaging), a launchable worker
-- ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw)
+- ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw); DDP comm-hook instruments
+- ``stage_meter`` an instrument for pipeline stages: compute seconds and microbatches held
 - ``costmodel``  alpha-beta communication model, Amdahl, memory per parameter and per ZeRO stage, pipeline bubble
 - ``plots``      one consistent figure style
 - ``progress``   a progress bar for long cells and loops

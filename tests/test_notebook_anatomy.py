@@ -33,6 +33,28 @@ def test_anatomy(path):
     assert links and all((ROOT / link).is_file() for link in links)
 
 
+MAX_CELL_LINES = 60   # COURSE_DESIGN: a reader sees one idea per cell; a worker module comes in pieces
+
+
+def long_code_cells(nb) -> list[tuple[int, int]]:
+    """(index, lines) of every code cell longer than MAX_CELL_LINES."""
+    return [(i, len(c.source.splitlines())) for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and len(c.source.splitlines()) > MAX_CELL_LINES]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_code_cell_is_longer_than_60_lines(path):
+    long = long_code_cells(nbformat.read(path, as_version=4))
+    assert not long, (f"code cells over {MAX_CELL_LINES} lines (cell index, lines): {long}; split a worker module "
+                      "with %%writefile -a, or into modules shown where each is taught")
+
+
+def test_the_cell_length_check_finds_a_long_cell():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1\n" * 61),
+                                         nbformat.v4.new_code_cell("x = 1\n" * 60)])
+    assert long_code_cells(nb) == [(0, 61)]
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_ignored_outputs_are_paired_with_asserts_and_everything_is_executed(path):
     nb = nbformat.read(path, as_version=4)

@@ -43,12 +43,13 @@ def global_batches(n: int, batch_size: int, steps: int, seed: int = 0) -> list[n
 
 def train(rank: int, world_size: int, X: np.ndarray, y: np.ndarray, *, sizes: list[int],
           steps: int, batch_size: int, lr: float, optimizer: str = "sgd", divide: bool = True,
-          seed: int = 0) -> dict:
+          seed: int = 0, clip_norm: float | None = None) -> dict:
     """Launched worker: train ``mlp(sizes)`` on ``(X, y)`` by gradient averaging over the ranks.
 
     Each step takes one global batch of ``batch_size`` samples; rank ``r`` computes on its shard
     (features *and* labels, same indices) of ``batch_size / world_size`` samples. Integer ``y`` is a
-    classification (cross-entropy), float ``y`` a regression (mean squared error).
+    classification (cross-entropy), float ``y`` a regression (mean squared error). ``clip_norm``:
+    clip the averaged gradient to this global L2 norm before the step (``clip_grad_norm_``).
 
     Returns ``state`` (final parameters), ``losses`` (global mean loss per step), and what this
     rank spent: ``flops`` (matmul flops, forward + backward), ``cpu_s`` and ``wall_s`` seconds.
@@ -76,6 +77,8 @@ def train(rank: int, world_size: int, X: np.ndarray, y: np.ndarray, *, sizes: li
             average_gradients(model, world_size, divide)
             dist.all_reduce(loss := loss.detach(), op=dist.ReduceOp.SUM)
             loss /= world_size
+        if clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
         opt.step()
         losses.append(loss.item())
     return {"state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, "losses": losses,

@@ -114,6 +114,28 @@ def record_buckets(ddp_model) -> list[dict]:
     return events
 
 
+def heap_bytes() -> int:
+    """Bytes this process has allocated on the C heap right now: glibc's ``mallinfo2`` in-use arena
+    plus its mmap-ed blocks. PyTorch's CPU tensors live there, so the difference between two calls
+    is what the tensors created in between hold (the allocator's own view, not the RSS).
+    Linux with glibc only; elsewhere a RuntimeError says so.
+    """
+    import ctypes
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                         "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        raise RuntimeError("heap_bytes needs glibc 2.33+ (mallinfo2): Linux only") from None
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
 def matmul_gflops(n: int, seconds: float) -> float:
     """GFLOP/s of an ``n x n`` by ``n x n`` matmul that took ``seconds`` (2 n^3 flops)."""
     return 2 * n**3 / seconds / 1e9

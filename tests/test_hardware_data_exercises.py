@@ -86,3 +86,15 @@ def test_exercise_checks_give_helpful_messages():
     exercises.check_close(np.float32(1.0), 1.0, "x")
     with pytest.raises(AssertionError, match="expected 3"):
         exercises.check_equal(2, 3, "n")
+
+
+def test_heap_bytes_sees_a_tensor_come_and_go():
+    import torch
+
+    before = bench.heap_bytes()
+    t = torch.empty(4_000_000)                       # 16 MB of float32
+    during = bench.heap_bytes()
+    del t
+    after = bench.heap_bytes()
+    assert 0.99 * 16e6 <= during - before <= 1.01 * 16e6
+    assert abs(after - before) < 1e6

@@ -6,18 +6,28 @@ every task, plus this task's own ``{"type": ..., "index": ...}``. Here every hos
 and every port is free; :func:`run` starts one process per task with its ``TF_CONFIG``, waits
 with a timeout, and kills and reaps the whole process tree of every task, whatever happens.
 
-TensorFlow is not imported here: the tasks import it.
+TensorFlow is not imported here: the tasks import it. Every task starts through this module
+(``python -m course_utils.tfcluster HIDDEN script args``), which marks :data:`UNUSED_BY_TASKS` as
+not installed before the script runs: TensorFlow and Keras import those whenever they are
+installed, and a task of this course never uses them.
 """
 from __future__ import annotations
 
 import json
 import os
+import runpy
 import subprocess
 import sys
+from collections.abc import Sequence
 
 from .scripts import LOCALHOST, free_port, require_script, run_commands
 
 JOBS = ("chief", "worker", "ps", "evaluator")
+
+# Imported by `import tensorflow` whenever installed (JAX by tf.lite; scikit-learn with SciPy, pandas
+# and matplotlib by Keras' scikit-learn wrapper, data adapters and plots), never used by a task:
+# ~120 MB of memory per task on CPU, three quarters of it private (chapter 05 runs 3 TF processes).
+UNUSED_BY_TASKS = ("jax", "sklearn", "pandas", "matplotlib")
 
 
 def cluster_spec(workers: int = 2, ps: int = 0, chief: int = 0) -> dict[str, list[str]]:
@@ -56,7 +66,8 @@ def tasks(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:
 
 def run(script: str | os.PathLike, cluster: dict[str, list[str]], *script_args: str,
         timeout_s: float = 120.0, check: bool = True, threads: int = 1,
-        env: dict[str, str] | None = None, progress: str | None = None) -> list[subprocess.CompletedProcess]:
+        env: dict[str, str] | None = None, progress: str | None = None,
+        hide: Sequence[str] = UNUSED_BY_TASKS) -> list[subprocess.CompletedProcess]:
     """Run ``python script *script_args`` once per task of ``cluster``, each with its ``TF_CONFIG``.
 
     Returns one ``CompletedProcess`` per task in :func:`tasks` order (``.stdout`` holds its
@@ -65,12 +76,41 @@ def run(script: str | os.PathLike, cluster: dict[str, list[str]], *script_args: 
     :class:`~course_utils.scripts.CommandError` with its output; with ``check=False`` every task
     runs to its end, so you can read how each one ended. ``threads`` is the OpenMP/MKL thread
     count per task. On timeout all tasks are killed and ``CommandError`` is raised.
-    ``progress``: a label for a bar of finished tasks shown while they run.
+    ``progress``: a label for a bar of finished tasks shown while they run. ``hide``: top-level
+    modules each task sees as not installed (pass ``()`` if a task needs one of them).
     """
     require_script(script)
     order = tasks(cluster)
     envs = [{"TF_CONFIG": tf_config(cluster, job, i)} for job, i in order]
     base = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **(env or {})}
-    cmd = [sys.executable, str(script), *map(str, script_args)]
+    cmd = task_command(script, *script_args, hide=hide)
     return run_commands([cmd] * len(order), timeout_s=timeout_s, env=base, envs=envs, check=check,
                         progress=progress)
+
+
+def task_command(script: str | os.PathLike, *script_args: str,
+                 hide: Sequence[str] = UNUSED_BY_TASKS) -> list[str]:
+    """The command line that runs ``python script *script_args`` as :func:`run` runs each task:
+    with the top-level modules in ``hide`` not installed (for a TensorFlow process started some
+    other way, e.g. with :func:`~course_utils.scripts.run_command`)."""
+    return [sys.executable, "-m", __name__, ",".join(hide), str(script), *map(str, script_args)]
+
+
+def _start_task(hidden: str, script: str, *script_args: str) -> None:
+    """Run ``python script *script_args`` with the comma-separated modules ``hidden`` not installed."""
+    hide = [name for name in hidden.split(",") if name]
+    for name in hide:
+        sys.modules[name] = None   # `import name` raises ImportError; find_spec(name) is None
+    sys.argv = [script, *script_args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))   # what `python script` puts first
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except ImportError as error:
+        if error.name in hide:
+            error.add_note(f"tfcluster.run hides {error.name} from its tasks to save memory; "
+                           f"call it with hide=() if this task needs {error.name}.")
+        raise
+
+
+if __name__ == "__main__":
+    _start_task(*sys.argv[1:])

@@ -58,6 +58,18 @@ def test_datasets():
     assert Xtr.shape[1] == 64 and len(Xtr) + len(Xte) == 1797 and set(ytr) == set(range(10))
 
 
+def test_digits_read_without_importing_sklearn_equal_load_digits():
+    code = ("import sys; from course_utils import data; data.digits(); "
+            "assert 'sklearn' not in sys.modules and 'scipy' not in sys.modules, 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    from sklearn.datasets import load_digits
+
+    X, y = data._sklearn_digits()
+    X_ref, y_ref = load_digits(return_X_y=True)
+    np.testing.assert_array_equal(X, X_ref)
+    np.testing.assert_array_equal(y, y_ref)
+
+
 def test_models_and_diff():
     a, b = models.mlp([4, 8, 2]), models.mlp([4, 8, 2])
     assert models.count_params(a) == 4 * 8 + 8 + 8 * 2 + 2

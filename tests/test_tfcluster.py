@@ -88,3 +88,20 @@ def test_run_commands_gives_each_command_its_own_environment():
     with pytest.raises(ValueError, match="one per command"):
         run_commands([[sys.executable, "-c", code]] * 2, envs=[{"WHO": "a"}])
 
+
+
+def test_tasks_run_as_scripts_without_the_modules_tensorflow_imports_but_never_uses(tmp_path):
+    (tmp_path / "helper.py").write_text("NAME = 'helper next to the script'\n")
+    script = tmp_path / "probe.py"
+    script.write_text("import importlib.util, sys\n"
+                      "import helper\n"                                  # the script's folder is on sys.path
+                      "try:\n    import jax\nexcept ImportError:\n    jax = None\n"
+                      "print(__name__, sys.argv[1:], helper.NAME, jax, importlib.util.find_spec('pandas'))\n")
+    (result,) = tfcluster.run(script, tfcluster.cluster_spec(workers=1), "--flag", "2", timeout_s=60)
+    assert result.stdout.strip() == "__main__ ['--flag', '2'] helper next to the script None None"
+    needs = tmp_path / "needs_pandas.py"
+    needs.write_text("import pandas\n")
+    with pytest.raises(CommandError, match=r"(?s)import of pandas halted.*hide=\(\) if this task needs pandas"):
+        tfcluster.run(needs, tfcluster.cluster_spec(workers=1), timeout_s=60)
+    (shown,) = tfcluster.run(needs, tfcluster.cluster_spec(workers=1), timeout_s=60, hide=())
+    assert shown.returncode == 0

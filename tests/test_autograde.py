@@ -1,0 +1,119 @@
+"""course_utils.autograde: every solution passes, every untouched stub and planted classic mistake
+fails with its specific hint (no traceback from inside torch), and a hanging or crashing answer
+leaves no process behind."""
+import textwrap
+
+import pytest
+
+from course_utils.autograde import ch02, ch12
+from course_utils.scripts import descendants
+
+HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
+
+
+def answer(tmp_path, body: str, name: str = "ex_worker.py") -> str:
+    path = tmp_path / name
+    path.write_text(HEADER + textwrap.dedent(body))
+    return str(path)
+
+
+def fails_with(check, path: str, *patterns: str, **kwargs) -> str:
+    with pytest.raises(AssertionError) as failure:
+        check(path, **kwargs)
+    message = str(failure.value)
+    for pattern in patterns:
+        assert pattern in message, message
+    assert "site-packages/torch" not in message and "Traceback" not in message, message
+    return message
+
+
+AVERAGE_ONE_BUCKET = """
+def average_gradients(model, world_size):
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([g.flatten() for g in grads])
+    dist.all_reduce(flat)
+    flat /= world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+"""
+
+
+def test_ch02_solution_passes_on_2_and_3_ranks(tmp_path):
+    path = answer(tmp_path, AVERAGE_ONE_BUCKET)
+    ch02.check_average_gradients(path)
+    ch02.check_average_gradients(path, world_size=3, sizes=(5, 7, 3, 1), n=24, seed=4)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def average_gradients(model, world_size):\n    ...\n", "still does nothing"),
+    (AVERAGE_ONE_BUCKET.replace("    flat /= world_size\n", ""), "forgot to divide by world size"),
+    (AVERAGE_ONE_BUCKET.replace("g.copy_(flat[offset:offset + g.numel()].view_as(g))",
+                                "g = flat[offset:offset + g.numel()]"), "the result never went back"),
+    (AVERAGE_ONE_BUCKET.replace("    dist.all_reduce(flat)\n", ""), "never met"),
+    ("def average_gradients(model, world_size):\n"
+     "    for p in model.parameters():\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n",
+     "called dist.all_reduce 4 times"),
+    ("def average_gradients(model, world_size):\n"
+     "    for p in list(model.parameters())[::2]:\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n",
+     "0.bias, 2.bias still hold this rank's own"),
+    (AVERAGE_ONE_BUCKET.replace("flat /= world_size", "flat /= world_size\n    flat /= world_size"),
+     "divided by world_size twice"),
+])
+def test_ch02_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch02.check_average_gradients, answer(tmp_path, body), hint)
+
+
+def test_a_hanging_or_crashing_answer_fails_in_time_and_leaves_no_process(tmp_path):
+    hang = answer(tmp_path, "def average_gradients(model, world_size):\n"
+                            "    if dist.get_rank() == 0:\n        time.sleep(60)\n"
+                            "    dist.all_reduce(torch.zeros(1))\n", "hang.py")
+    print(fails_with(ch02.check_average_gradients, hang, "waited for each other", "hang.py, line"))
+    crash = answer(tmp_path, "import os\n\ndef average_gradients(model, world_size):\n"
+                             "    if dist.get_rank() == 1:\n        os._exit(3)\n", "crash.py")
+    print(fails_with(ch02.check_average_gradients, crash, "rank 1"))
+    assert not [cmd for cmd in descendants().values() if "forkserver" not in cmd and "resource_tracker" not in cmd]
+
+
+def test_a_missing_file_or_function_says_what_to_do(tmp_path):
+    fails_with(ch02.check_average_gradients, str(tmp_path / "nope.py"), "run the %%writefile cell")
+    fails_with(ch02.check_average_gradients, answer(tmp_path, "x = 1\n"), "must define a function `average_gradients`")
+
+
+RING = """
+def ring_all_reduce(tensor):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    chunks = list(tensor.view(-1).tensor_split(world))
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        mine, theirs = chunks[(rank - step) % world], chunks[(rank - step - 1) % world]
+        buffer = torch.empty_like(theirs)
+        sending = dist.isend(mine, right)
+        dist.recv(buffer, left)
+        sending.wait()
+        theirs += buffer
+    for step in range(world - 1):
+        sending = dist.isend(chunks[(rank + 1 - step) % world], right)
+        dist.recv(chunks[(rank - step) % world], left)
+        sending.wait()
+"""
+
+
+def test_ch12_ring_solution_passes_on_4_ranks_and_3_ranks_with_uneven_chunks(tmp_path):
+    path = answer(tmp_path, RING)
+    ch12.check_ring_all_reduce(path)
+    ch12.check_ring_all_reduce(path, world_size=3, numel=11, seed=5)
+
+
+@pytest.mark.parametrize("body, hint, sizes", [
+    ("def ring_all_reduce(tensor):\n    ...\n", "still this rank's own input", {}),
+    (RING.split("    for step in range(world - 1):\n        sending")[0], "The all-gather is missing", {}),
+    ("def ring_all_reduce(tensor):\n    dist.all_reduce(tensor)\n", "you called dist.all_reduce", {}),
+    (RING.replace("chunks[(rank + 1 - step) % world], right", "chunks[(rank - step) % world], right"),
+     "of another size", {}),
+    (RING.replace("dist.recv(chunks[(rank - step) % world], left)", "dist.recv(chunks[(rank + step) % world], left)"),
+     "hold the full sum but the others do not", {"numel": 8}),   # equal chunks: no size mismatch
+])
+def test_ch12_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint, sizes):
+    fails_with(ch12.check_ring_all_reduce, answer(tmp_path, body), hint, **sizes)

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from course_utils.autograde import ch02, ch12
+from course_utils.autograde import ch02, ch03, ch12
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -117,3 +117,45 @@ def test_ch12_ring_solution_passes_on_4_ranks_and_3_ranks_with_uneven_chunks(tmp
 ])
 def test_ch12_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint, sizes):
     fails_with(ch12.check_ring_all_reduce, answer(tmp_path, body), hint, **sizes)
+
+
+DDP_TRAIN = """
+import contextlib
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def train(ddp_model, optimizer, dataset, *, epochs, batch_size, accumulate, seed):
+    sampler = DistributedSampler(dataset, shuffle=True, seed=seed)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(loader):
+            last = (i + 1) % accumulate == 0
+            with contextlib.nullcontext() if last else ddp_model.no_sync():
+                loss = torch.nn.functional.mse_loss(ddp_model(x), y) / accumulate
+                loss.backward()
+            if last:
+                optimizer.step()
+                optimizer.zero_grad()
+"""
+
+
+def test_ch03_solution_passes(tmp_path):
+    path = answer(tmp_path, DDP_TRAIN)
+    ch03.check_ddp_training(path)
+    ch03.check_ddp_training(path, world_size=3, sizes=(3, 5, 2), n=36, epochs=3, batch_size=2, accumulate=3, seed=7)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def train(ddp_model, optimizer, dataset, *, epochs, batch_size, accumulate, seed):\n    ...\n",
+     "train still does nothing"),
+    (DDP_TRAIN.replace("        sampler.set_epoch(epoch)\n", ""), "sampler epoch not set"),
+    (DDP_TRAIN.replace("batch_size=batch_size, sampler=sampler", "batch_size=batch_size"), "drew all 32 samples"),
+    (DDP_TRAIN.replace("contextlib.nullcontext() if last else ddp_model.no_sync()", "contextlib.nullcontext()"),
+     "after every micro-batch"),
+    (DDP_TRAIN.replace(" / accumulate\n", "\n"), "summed over the 2 micro-batches"),
+    (DDP_TRAIN.replace("            if last:\n", "            if True:\n"), "once per micro-batch"),
+    (DDP_TRAIN.replace("                optimizer.zero_grad()\n", ""), "zero the gradients after each"),
+])
+def test_ch03_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch03.check_ddp_training, answer(tmp_path, body), hint)

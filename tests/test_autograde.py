@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from course_utils.autograde import ch02, ch03, ch12
+from course_utils.autograde import ch02, ch03, ch09, ch12
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -159,3 +159,42 @@ def test_ch03_solution_passes(tmp_path):
 ])
 def test_ch03_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch03.check_ddp_training, answer(tmp_path, body), hint)
+
+
+PIPELINE = """
+def pipeline_step(stage, x, target, act_shape):
+    if dist.get_rank() == 0:
+        act = stage(x)
+        dist.send(act.detach(), dst=1)
+        grad = torch.empty(act_shape)
+        dist.recv(grad, src=1)
+        act.backward(grad)
+        return None
+    act = torch.empty(act_shape)
+    dist.recv(act, src=0)
+    act.requires_grad_()
+    loss = torch.nn.functional.mse_loss(stage(act), target)
+    loss.backward()
+    dist.send(act.grad, dst=0)
+    return loss.item()
+"""
+
+
+def test_ch09_solution_passes(tmp_path):
+    path = answer(tmp_path, PIPELINE)
+    ch09.check_pipeline_step(path)
+    ch09.check_pipeline_step(path, sizes=(4, 9, 7, 5, 2), batch=5, split=4, seed=3)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def pipeline_step(stage, x, target, act_shape):\n    ...\n", "it still does nothing"),
+    (PIPELINE.replace("    act.requires_grad_()\n", ""), "requires_grad_()"),
+    (PIPELINE.replace("        act.backward(grad)\n", ""), "stage 0 (rank 0) got no gradient"),
+    (PIPELINE.replace("act.backward(grad)", "act.sum().backward()"), "not from a loss of its own"),
+    (PIPELINE.replace("    return loss.item()\n", "    return loss\n"),
+     "return None on rank 0 and the loss as a float"),
+    (PIPELINE.replace("dist.recv(act, src=0)", "dist.recv(act, src=0)\n    dist.recv(act, src=0)"),
+     "waited for each other"),
+])
+def test_ch09_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch09.check_pipeline_step, answer(tmp_path, body), hint)

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from course_utils.autograde import ch02, ch03, ch09, ch12
+from course_utils.autograde import ch02, ch03, ch04, ch09, ch12
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -198,3 +198,33 @@ def test_ch09_solution_passes(tmp_path):
 ])
 def test_ch09_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch09.check_pipeline_step, answer(tmp_path, body), hint)
+
+
+AMP = """
+def amp_step(ddp_model, optimizer, scaler, x, y):
+    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    return loss.item()
+"""
+
+
+def test_ch04_solution_passes(tmp_path):
+    path = answer(tmp_path, AMP)
+    ch04.check_amp_step(path)
+    ch04.check_amp_step(path, world_size=4, sizes=(5, 12, 3), batch=8, steps=7, seed=2)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def amp_step(ddp_model, optimizer, scaler, x, y):\n    ...\n", "it still does nothing"),
+    (AMP.replace("scaler.step(optimizer)", "optimizer.step()"), "Step through the scaler"),
+    (AMP.replace("    scaler.update()\n", ""), "call scaler.update() after every scaler.step"),
+    (AMP.replace("scaler.scale(loss).backward()", "loss.backward()"), "Scale the loss before backward"),
+    (AMP.replace("torch.float16)", "torch.float16, enabled=False)"), "the forward ran in float32"),
+    (AMP.replace("    optimizer.zero_grad()\n", ""), "the inf gradients were never cleared"),
+])
+def test_ch04_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch04.check_amp_step, answer(tmp_path, body), hint)

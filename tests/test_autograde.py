@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from course_utils.autograde import ch02, ch03, ch04, ch09, ch12
+from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch12
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -228,3 +228,37 @@ def test_ch04_solution_passes(tmp_path):
 ])
 def test_ch04_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch04.check_amp_step, answer(tmp_path, body), hint)
+
+
+FSDP = """
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+
+def shard_model(model, mesh):
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def local_bytes(model):
+    return sum(p.to_local().numel() * p.element_size() for p in model.parameters())
+"""
+
+
+def test_ch10_solution_passes(tmp_path):
+    path = answer(tmp_path, FSDP)
+    ch10.check_sharding(path)
+    ch10.check_sharding(path, world_size=3, sizes=(5, 9, 4), n=12, seed=3)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def shard_model(model, mesh):\n    ...\n\n\ndef local_bytes(model):\n    ...\n", "still does nothing"),
+    (FSDP.replace("            fully_shard(layer, mesh=mesh)\n", "            pass\n"), "wrap every layer before the root"),
+    (FSDP.replace("    fully_shard(model, mesh=mesh)\n", ""), "the model itself is not"),
+    (FSDP.replace("p.to_local().numel()", "p.numel()"), "whose numel() is its global size"),
+    (FSDP.replace(" * p.element_size()", ""), "a count of numbers, not bytes"),
+])
+def test_ch10_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch10.check_sharding, answer(tmp_path, body), hint)

@@ -115,3 +115,14 @@ def first_mismatch(got: Sequence, want: Sequence, names: Sequence[str], *, atol:
 def same(got: Sequence, want: Sequence, *, atol: float = 1e-6, rtol: float = 1e-5) -> bool:
     """Whether two lists of tensors match (same length, shapes, values within tolerance)."""
     return len(got) == len(want) and first_mismatch(got, want, [""] * len(got), atol=atol, rtol=rtol) is None
+
+
+def mlp_parameters(sizes: Sequence[int]) -> list[tuple[str, Any]]:
+    """``mlp(sizes).named_parameters()`` built on the meta device: names and shapes, no memory, and no
+    random numbers drawn (the caller's random state stays as it was)."""
+    import torch
+
+    from ..models import mlp
+
+    with torch.device("meta"):
+        return list(mlp(list(sizes), seed=None).named_parameters())

@@ -13,7 +13,7 @@ from torch import nn
 
 from ..data import linear_regression, shard
 from ..models import mlp
-from . import first_mismatch, load_student, run_ranks, same, student_function
+from . import first_mismatch, load_student, mlp_parameters, run_ranks, same, student_function
 
 
 def _problem(sizes: list[int], n: int, seed: int, rows=slice(None)):
@@ -63,7 +63,7 @@ def check_average_gradients(student_file: str, *, world_size: int = 2, sizes: tu
     sizes = list(sizes)
     results = run_ranks(gradients_rank, student_file, world_size, sizes=sizes, n=n, seed=seed)
     want = reference_gradients(sizes, n, seed)
-    names = [name for name, _ in mlp(sizes, seed=None).named_parameters()]
+    names = [name for name, _ in mlp_parameters(sizes)]
     for rank, (local, got, calls) in enumerate(results):
         if first_mismatch(got, want, names, atol=1e-6, rtol=1e-5) is not None:
             hint = diagnose(local, got, want, names, calls, world_size)

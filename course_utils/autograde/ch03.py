@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, DistributedSampler
 from ..bench import count_allreduces
 from ..data import linear_regression
 from ..models import mlp
-from . import first_mismatch, load_student, run_ranks, same, student_function
+from . import first_mismatch, load_student, mlp_parameters, run_ranks, same, student_function
 
 
 def regression(sizes: list[int], n: int, seed: int):
@@ -120,7 +120,7 @@ def check_ddp_training(student_file: str, *, world_size: int = 2, sizes: tuple[i
                              f"run the backward of all but the last micro-batch of each step inside "
                              f"ddp_model.no_sync(), so that only {steps} all-reduces happen.")
     want = reference_weights(world_size=world_size, **job)
-    names = [name for name, _ in mlp(list(sizes), seed=None).named_parameters()]
+    names = [name for name, _ in mlp_parameters(sizes)]
     mismatch = first_mismatch(got["weights"], want, names, atol=1e-5, rtol=1e-4)
     if mismatch is None:
         return

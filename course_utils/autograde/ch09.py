@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..models import mlp
-from . import first_mismatch, load_student, run_ranks, student_function
+from . import first_mismatch, load_student, mlp_parameters, run_ranks, student_function
 
 NO_GRAD_HINT = ("The activation rank 1 received has no gradient after backward: make it a leaf that "
                 "requires grad (act.requires_grad_()) before stage 1 uses it, so backward fills act.grad.")
@@ -62,7 +62,7 @@ def check_pipeline_step(student_file: str, *, sizes: tuple[int, ...] = (6, 16, 1
             raise AssertionError(f"{failure}\n{NO_GRAD_HINT}") from None
         raise
     want0, want1, loss = reference(sizes, batch, split, seed)
-    names = [name for name, _ in mlp(sizes, seed=None).named_parameters()]
+    names = [name for name, _ in mlp_parameters(sizes)]
     names0, names1 = names[:len(want0)], names[len(want0):]
     if all(g is None for g in grads0 + grads1):
         raise AssertionError("pipeline_step left every gradient empty: it still does nothing. Rank 0: forward, "

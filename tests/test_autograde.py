@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch12
+from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -255,10 +255,58 @@ def test_ch10_solution_passes(tmp_path):
 
 @pytest.mark.parametrize("body, hint", [
     ("def shard_model(model, mesh):\n    ...\n\n\ndef local_bytes(model):\n    ...\n", "still does nothing"),
-    (FSDP.replace("            fully_shard(layer, mesh=mesh)\n", "            pass\n"), "wrap every layer before the root"),
+    (FSDP.replace("            fully_shard(layer, mesh=mesh)\n", "            pass\n"),
+     "wrap every layer before the root"),
     (FSDP.replace("    fully_shard(model, mesh=mesh)\n", ""), "the model itself is not"),
     (FSDP.replace("p.to_local().numel()", "p.numel()"), "whose numel() is its global size"),
     (FSDP.replace(" * p.element_size()", ""), "a count of numbers, not bytes"),
 ])
 def test_ch10_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch10.check_sharding, answer(tmp_path, body), hint)
+
+
+DCP = """
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+
+def save(model, optimizer, step, folder):
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state, "step": step}, checkpoint_id=folder)
+
+
+def load(model, optimizer, folder):
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state, "step": 0}
+    dcp.load(state, checkpoint_id=folder)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return state["step"]
+"""
+DCP_APPLY = ('    dcp.load(state, checkpoint_id=folder)\n'
+             '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n')
+
+
+def test_ch11_solution_passes(tmp_path):
+    path = answer(tmp_path, DCP)
+    ch11.check_checkpoint(path)
+    ch11.check_checkpoint(path, world_size=3, sizes=(3, 6, 2), n=24, steps=7, save_at=4, seed=5)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def save(model, optimizer, step, folder):\n    ...\n\n\ndef load(model, optimizer, folder):\n    ...\n",
+     "it still does nothing"),
+    (DCP.replace(DCP_APPLY, '    state["model"] = {k: v.clone() for k, v in model_state.items()}\n'
+                            '    dcp.load(state, checkpoint_id=folder)\n'), "does not hold the saved weights"),
+    (DCP.replace('"optim": optim_state, ', '').replace(DCP_APPLY, '    dcp.load(state, checkpoint_id=folder)\n'),
+     "Adam's moments and step counts are not the saved ones"),
+    (DCP.replace('    return state["step"]\n', '    return 0\n'), "load returned 0"),
+])
+def test_ch11_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch11.check_checkpoint, answer(tmp_path, body), hint)
+
+
+def test_a_file_that_does_not_import_says_where(tmp_path):
+    fails_with(ch02.check_average_gradients, answer(tmp_path, "def average_gradients(model, world_size)\n    pass\n"),
+               "ex_worker.py, line 7: expected ':'")
+    fails_with(ch02.check_average_gradients, answer(tmp_path, "x = undefined_name\n"),
+               "ex_worker.py, line 7, on import: NameError")

@@ -19,6 +19,7 @@ import importlib.util
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -42,7 +43,14 @@ def load_student(path: str | os.PathLike) -> ModuleType:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module   # so that pickling and dataclasses inside it work
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        raise AssertionError(f"{path.name}, line {error.lineno}: {error.msg}: {(error.text or '').strip()}") from None
+    except Exception as error:   # noqa: BLE001 - whatever the file raises on import, said plainly
+        line = next((f.lineno for f in reversed(traceback.extract_tb(error.__traceback__))
+                     if f.filename == str(path)), "?")
+        raise AssertionError(f"{path.name}, line {line}, on import: {type(error).__name__}: {error}") from None
     return module
 
 

@@ -51,13 +51,14 @@ SLURM ?= $(if $(filter true,$(CI)),1,0)
 # Jupyter refuses to run as root (containers, CI machines) unless told it is intended
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help capped-kernels venv lab test lint test-unit test-reader test-slurm test-notebooks test-exercises student book outputs browser slurm clean
+.PHONY: help capped-kernels venv lab test lint test-unit test-reader test-slurm test-notebooks test-exercises student grade book outputs browser slurm clean
 
 help:
 	@echo "make lab      open JupyterLab (creates .venv and .venv-mxnet first if needed)"
 	@echo "make test     run all test tiers (unit, reader, SLURM, notebooks, exercises)"
 	@echo "              SLURM=1 installs Debian's slurm + munge for the SLURM tier (CI=true does)"
 	@echo "make student  build student + autograder versions of the exercises into dist/"
+	@echo "make grade EXERCISE=NN_name SUBMISSIONS=DIR  grade a folder of submissions into dist/NN_name/grades.csv"
 	@echo "make book     build the course site (Jupyter Book) into build/book/_build/html/"
 	@echo "make outputs  re-execute the notebooks so their stored outputs are current"
 
@@ -126,6 +127,11 @@ test-exercises: $(STAMP)
 
 student: $(STAMP)
 	$(PY) tools/build_exercises.py exercises dist
+
+# grade a folder of submitted notebooks of one exercise (after `make student`): dist/EXERCISE/grades.csv
+grade: $(STAMP)
+	@test -n "$(EXERCISE)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade EXERCISE=02_data_parallel_from_scratch SUBMISSIONS=folder/of/notebooks"; exit 2; }
+	$(PY) tools/grade_class.py dist/$(EXERCISE)/autograder/autograder.zip $(SUBMISSIONS) --csv dist/$(EXERCISE)/grades.csv
 
 book: $(STAMP)
 	$(PY) tools/build_book.py build

@@ -1,7 +1,10 @@
 """Tier 3: the exercises. otter assign builds them; `otter run --debug` grades each version with
 the autograder zip an instructor hands to otter (debug: a cell that raises fails the run instead
 of being skipped): untouched student versions run to the end and score zero, solutions score full
-marks. Two exercises are built and graded at a time (each step is a subprocess)."""
+marks. Two exercises are built and graded at a time (each step is a subprocess). The questions
+where students write distributed code give their untouched stub feedback (not a torch traceback),
+and `tools/grade_class.py` grades a folder of submissions into a CSV."""
+import csv
 import json
 import subprocess
 import sys
@@ -89,3 +92,57 @@ def test_solution_scores_full_marks(graded, name):
     solution = graded[name][2]
     assert solution.returncode == 0, f"the solution failed to run:\n{solution.output}"
     assert solution.score == solution.possible > 0
+
+
+# The questions where the student writes distributed code, and what the untouched stub is told
+DISTRIBUTED_QUESTIONS = {
+    "02_data_parallel_from_scratch": ("q4", "average_gradients changed no gradient"),
+    "03_pytorch_ddp": ("q3", "train still does nothing"),
+    "04_mixed_precision": ("q3", "amp_step changed no weight"),
+    "09_model_parallel": ("q4", "pipeline_step left every gradient empty"),
+    "10_sharded_data_parallel": ("q3", "shard_model still does nothing"),
+    "11_fault_tolerance": ("q3", "save wrote nothing into the folder"),
+    "12_performance_playbook": ("q3", "the tensor is still this rank's own input"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DISTRIBUTED_QUESTIONS))
+def test_untouched_distributed_question_scores_zero_with_feedback_not_a_torch_traceback(graded, name):
+    question, hint = DISTRIBUTED_QUESTIONS[name]
+    results = json.loads((graded[name][0].parent / "graded" / name / "student" / "results.json").read_text())
+    (test,) = [t for t in results["tests"] if t.get("name") == question]
+    assert test["score"] == 0 and hint in test["output"], test["output"]
+    assert "site-packages/torch" not in test["output"], test["output"]
+
+
+def test_grading_a_class_folder_writes_one_csv_row_per_submission(graded, tmp_path):
+    import grade_class
+
+    from course_utils.scripts import descendants
+
+    name = "02_data_parallel_from_scratch"
+    folder = graded[name][0]
+    solution = nbformat.read(folder / "autograder" / f"{name}.ipynb", as_version=4)
+    untouched = nbformat.read(folder / "student" / f"{name}.ipynb", as_version=4)
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    nbformat.write(solution, submissions / "alice.ipynb")
+    nbformat.write(untouched, submissions / "bob.ipynb")
+    for cell in solution.cells:   # carol forgot to divide by the world size
+        cell.source = cell.source.replace("    flat /= world_size\n", "")
+    nbformat.write(solution, submissions / "carol.ipynb")
+    untouched.cells.insert(1, nbformat.v4.new_code_cell("import time\ntime.sleep(600)"))
+    nbformat.write(untouched, submissions / "dave.ipynb")   # a cell that never ends
+    rows = grade_class.grade_folder(folder / "autograder" / "autograder.zip", submissions, tmp_path / "grades.csv",
+                                    tmp_path / "results", timeout_s=45)
+    with (tmp_path / "grades.csv").open() as f:
+        table = {row["submission"]: row for row in csv.DictReader(f)}
+    assert [r["submission"] for r in rows] == sorted(table) == ["alice.ipynb", "bob.ipynb", "carol.ipynb", "dave.ipynb"]
+    alice, bob, carol, dave = (table[k] for k in sorted(table))
+    assert float(alice["total"]) == float(alice["possible"]) > 0 and not alice["error"]
+    assert float(bob["total"]) == 0 and not bob["error"]
+    assert float(carol["q4"]) == 0 and float(carol["total"]) == float(carol["possible"]) - 2
+    carol_feedback = json.loads((tmp_path / "results" / "carol" / "results.json").read_text())
+    assert "forgot to divide by world size" in json.dumps(carol_feedback)
+    assert "timed out" in dave["error"]
+    assert not [c for c in descendants().values() if "otter" in c or "ipykernel" in c]

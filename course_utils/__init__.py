@@ -10,8 +10,9 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``tfdevices``  split the CPU into N logical TensorFlow devices (or use the GPUs)
 - ``tfcluster``  a multi-worker TensorFlow cluster of subprocesses on 127.0.0.1 (TF_CONFIG, reaped)
 - ``mxcluster``  an MXNet parameter-server job (scheduler, servers, workers) as reaped subprocesses
-- ``data``       synthetic and bundled datasets as NumPy arrays
+- ``data``       synthetic and bundled datasets as NumPy arrays (digits, a character corpus)
 - ``models``     the few small PyTorch models used across chapters
+- ``gpt``        a tiny GPT (nanoGPT-style, separate q/k/v, untied head): the transformer to split
 - ``dataparallel`` data parallel training from scratch (gradient averaging), a launchable worker
 - ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw); DDP comm-hook instruments
 - ``stage_meter`` an instrument for pipeline stages: compute seconds and microbatches held
@@ -21,6 +22,7 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``reference``  GPU numbers committed under results/gpu-*/, read and labelled (never invented)
 - ``compare``    how far apart two runs' weights are (NumPy; any framework's arrays)
 - ``exercises``  helpful assertions for the autograded exercises
+- ``autograde``  run a student's distributed code on gloo ranks, compare with one process, explain
 - ``seedcode``   ``expect_error``: run a seed article's failing code, show and check the failure
 - ``stable``     print a measured number as the bound it was checked against (same on every CPU)
 - ``quiet``      the environment that keeps framework log lines out of outputs (set on import)

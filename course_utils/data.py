@@ -42,6 +42,37 @@ def digits(test_fraction: float = 0.25, seed: int = 0):
     return X[train], y[train].astype(np.int64), X[test], y[test].astype(np.int64)
 
 
+def zen_of_python() -> str:
+    """The Zen of Python (what ``import this`` prints): 856 characters of text that ship with every
+    Python, unchanged since 2004 — a character-level corpus that needs no download."""
+    import codecs
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):   # importing `this` prints the poem
+        import this
+    return codecs.decode(this.s, "rot13")
+
+
+def char_tokens(text: str) -> tuple[np.ndarray, list[str]]:
+    """Character-level tokens of ``text``: ``(ids, vocab)``, ids (len(text),) int64 indexing the
+    sorted list of distinct characters ``vocab``."""
+    vocab = sorted(set(text))
+    index = {c: i for i, c in enumerate(vocab)}
+    return np.array([index[c] for c in text], dtype=np.int64), vocab
+
+
+def token_windows(ids: np.ndarray, batch: int, block: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``batch`` random windows of ``block`` tokens and their next tokens: ``(x, y)``, both
+    (batch, block) int64, ``y[:, t] = ids[start + t + 1]`` — the language-modelling targets."""
+    if not 1 <= block < len(ids):
+        raise ValueError(f"block must be between 1 and {len(ids) - 1} (the text has {len(ids)} tokens), got {block}")
+    starts = np.random.default_rng(seed).integers(0, len(ids) - block, size=batch)
+    x = np.stack([ids[s:s + block] for s in starts])
+    y = np.stack([ids[s + 1:s + block + 1] for s in starts])
+    return x, y
+
+
 def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     """``load_digits(return_X_y=True)`` read from the file scikit-learn ships, without importing
     scikit-learn (which would import SciPy too: ~0.5 s and ~50 MB in every worker that needs data).

@@ -13,6 +13,7 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``data``       synthetic and bundled datasets as NumPy arrays (digits, a character corpus)
 - ``models``     the few small PyTorch models used across chapters
 - ``gpt``        a tiny GPT (nanoGPT-style, separate q/k/v, untied head): the transformer to split
+- ``accounting`` a transformer's parameters, FLOPs, activation and model-state bytes, and the counters that check them
 - ``dataparallel`` data parallel training from scratch (gradient averaging), a launchable worker
 - ``bench``      timers that synchronise devices; all-reduce bandwidth (algbw/busbw); DDP comm-hook instruments
 - ``stage_meter`` an instrument for pipeline stages: compute seconds and microbatches held

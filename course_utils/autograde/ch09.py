@@ -68,8 +68,8 @@ def check_pipeline_step(student_file: str, *, sizes: tuple[int, ...] = (6, 16, 1
         raise AssertionError("pipeline_step left every gradient empty: it still does nothing. Rank 0: forward, "
                              "send the activations; rank 1: receive, forward, loss, backward, send the "
                              "activations' gradient back; rank 0: receive it, backward.")
-    if first_mismatch(grads1, want1, names1, atol=1e-6, rtol=1e-5) is not None:
-        name, error = first_mismatch(grads1, want1, names1, atol=1e-6, rtol=1e-5)
+    if (mismatch := first_mismatch(grads1, want1, names1, atol=1e-6, rtol=1e-5)) is not None:
+        name, error = mismatch
         raise AssertionError(f"stage 1 (rank 1): the gradient of `{name}` is off by {error:.3g}. Rank 1 must run "
                              "the rest of the model on exactly what rank 0 sent and use the mean squared "
                              "error against the target.")
@@ -77,8 +77,8 @@ def check_pipeline_step(student_file: str, *, sizes: tuple[int, ...] = (6, 16, 1
         raise AssertionError("stage 0 (rank 0) got no gradient: rank 1 must send the gradient of the activations "
                              "it received back to rank 0, and rank 0 must call backward on its own activations "
                              "with it (act.backward(grad)).")
-    if first_mismatch(grads0, want0, names0, atol=1e-6, rtol=1e-5) is not None:
-        name, error = first_mismatch(grads0, want0, names0, atol=1e-6, rtol=1e-5)
+    if (mismatch := first_mismatch(grads0, want0, names0, atol=1e-6, rtol=1e-5)) is not None:
+        name, error = mismatch
         raise AssertionError(f"stage 0 (rank 0): the gradient of `{name}` is off by {error:.3g}, while stage 1's "
                              "are right. Rank 0's backward must start from the gradient rank 1 sent "
                              "(act.backward(grad)), not from a loss of its own.")

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12
+from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12, ch13
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -310,3 +310,41 @@ def test_a_file_that_does_not_import_says_where(tmp_path):
                "ex_worker.py, line 7: expected ':'")
     fails_with(ch02.check_average_gradients, answer(tmp_path, "x = undefined_name\n"),
                "ex_worker.py, line 7, on import: NameError")
+
+
+JOB_FLOPS = """
+from course_utils import accounting
+
+
+def job_flops(model, idx):
+    def step():
+        _, loss = model(idx, idx)
+        loss.backward()
+
+    count = torch.tensor(accounting.count_flops(step), dtype=torch.int64)
+    dist.all_reduce(count)
+    return int(count)
+"""
+
+
+def test_ch13_solution_passes(tmp_path):
+    path = answer(tmp_path, JOB_FLOPS)
+    ch13.check_job_flops(path)
+    ch13.check_job_flops(path, world_size=3, n_layer=3, d_model=32, block=16, batch=6, seed=4)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def job_flops(model, idx):\n    ...\n", "it still does nothing"),
+    (JOB_FLOPS.replace("    dist.all_reduce(count)\n", ""), "that is one rank's share"),
+    (JOB_FLOPS.replace("        loss.backward()\n", "        pass\n"), "the forward pass only"),
+    (JOB_FLOPS.replace("accounting.count_flops(step)", "flops(step)") + """
+def flops(fn):
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+""", "attention's own matmuls are missing"),
+    (JOB_FLOPS.replace("dtype=torch.int64", "dtype=torch.float32"), "24-bit significand"),
+])
+def test_ch13_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch13.check_job_flops, answer(tmp_path, body), hint, d_model=100, block=31, batch=14)

@@ -36,10 +36,10 @@ def test_table_of_contents_lists_the_chapters_in_order(site):
     assert all(build_book.title(p).replace("`", "") in shown for p in CHAPTERS)
 
 
-def test_table_of_contents_has_the_four_parts_in_order(site):
+def test_table_of_contents_has_the_parts_in_order(site):
     shown = text_of(site / "intro.html")
     parts = [*build_book.PARTS, "Exercises"]
-    assert len(parts) == 5
+    assert len(parts) >= 5   # foundations, the seed's frameworks, scaling one model, operating at scale, ...
     where = [shown.find(caption) for caption in parts]
     assert -1 not in where and where == sorted(where), f"part captions missing or out of order: {where}"
     for caption, numbers in build_book.PARTS.items():   # each part's chapters come after its caption
@@ -48,7 +48,7 @@ def test_table_of_contents_has_the_four_parts_in_order(site):
 
 
 def test_toc_refuses_a_chapter_missing_from_the_parts(tmp_path):
-    extra = tmp_path / "13_new_chapter.ipynb"
+    extra = tmp_path / "99_new_chapter.ipynb"
     with pytest.raises(SystemExit, match="must list every chapter once"):
         build_book.toc([*CHAPTERS, extra], EXERCISES)
 

@@ -5,7 +5,7 @@
 Stages OUT/book-src/: book/_config.yml and book/intro.md, every chapter as notebooks/NN_name.ipynb,
 and the student version of every exercise (solutions removed by `otter assign --no-run-tests`) as
 exercises/NN_name.ipynb, so the chapters' ../exercises/ links keep working. Writes the table of
-contents in the course's four parts (:data:`PARTS`), then runs `jupyter-book build`; the site is
+contents in the course's parts (:data:`PARTS`), then runs `jupyter-book build`; the site is
 OUT/book/_build/html/.
 
 The staged chapters differ from the stored ones in two ways, both plumbing a reader of the site
@@ -15,6 +15,7 @@ reads like a hang).
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ PARTS = {
     "The frameworks of the seed": ["05", "06", "07", "08"],
     "Scaling one model over many devices": ["09", "10"],
     "Operating at scale": ["11", "12"],
+    "Transformers: what they cost, and how to split them": ["13"],
 }
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PROGRESS = re.compile(r"\d+%\|")      # tqdm's text form: "label:   0%|          | 0/3 [00:00<?, ?it/s]"
@@ -74,7 +76,7 @@ def toc(chapters: list[Path], exercises: list[Path]) -> str:
                          f"the chapters are {sorted(by_number)}")
     lines = ["# written by tools/build_book.py", "format: jb-book", "root: intro", "parts:"]
     for caption, numbers in PARTS.items():
-        lines += [f"- caption: {caption}", "  chapters:"]
+        lines += [f"- caption: {json.dumps(caption)}", "  chapters:"]   # quoted: a caption may hold ": "
         lines += [f"  - file: notebooks/{by_number[n].stem}" for n in numbers]
     lines += ["- caption: Exercises", "  chapters:"] + [f"  - file: exercises/{p.stem}" for p in exercises]
     return "\n".join(lines) + "\n"

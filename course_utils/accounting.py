@@ -81,20 +81,33 @@ def count_flops(fn: Callable[[], object]) -> int:
     return counter.get_total_flops()
 
 
-def saved_activation_bytes(fn: Callable[[], object], parameters=()) -> int:
+def saved_activation_bytes(fn: Callable[[], object], parameters=(), hooks: tuple | None = None) -> int:
     """Bytes of the tensors autograd saves for backward while ``fn()`` runs: every storage counted
-    once (views of one tensor share it), ``parameters`` (weights saved by matmuls) left out."""
+    once (views of one tensor share it), ``parameters`` (weights saved by matmuls) left out.
+    A DTensor counts as its local shard: the bytes this rank holds. ``hooks``, a (pack, unpack)
+    pair for ``saved_tensors_hooks`` that changes what is kept (e.g. a slice, gathered again in
+    backward), is applied, and what its ``pack`` returns is counted."""
     import torch
 
-    skip = {p.untyped_storage().data_ptr() for p in parameters}
+    def storage_of(tensor):
+        if hasattr(tensor, "to_local"):   # a DTensor wraps this rank's shard
+            with torch.no_grad():
+                tensor = tensor.to_local()
+        return tensor.untyped_storage()
+
+    skip = {storage_of(p).data_ptr() for p in parameters}
     storages: dict[int, int] = {}
+    inner_pack, inner_unpack = hooks or (lambda tensor: tensor, lambda tensor: tensor)
 
     def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in skip:
-            storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
+        kept = inner_pack(tensor)
+        if storage_of(tensor).data_ptr() in skip:   # a weight, however the hook keeps it
+            return kept
+        for t in kept if isinstance(kept, (tuple, list)) else (kept,):
+            if isinstance(t, torch.Tensor) and storage_of(t).data_ptr() not in skip:
+                storages[storage_of(t).data_ptr()] = storage_of(t).nbytes()
+        return kept
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with torch.autograd.graph.saved_tensors_hooks(pack, inner_unpack):
         fn()
     return sum(storages.values())

@@ -48,8 +48,14 @@ class GPTConfig:
         return self.d_model // self.n_head
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """q, k, v (B, heads, T, hd) -> (B, heads, T, hd): each position attends to itself and earlier."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class CausalSelfAttention(nn.Module):
-    """Every position attends to itself and the positions before it, in ``n_head`` heads."""
+    """Every position attends to itself and the positions before it, in ``n_head`` heads.
+    ``attend`` is the attention itself; context parallelism swaps in ring attention (chapter 14)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -59,12 +65,13 @@ class CausalSelfAttention(nn.Module):
         self.v = nn.Linear(d, d, bias=config.bias)
         self.proj = nn.Linear(d, d, bias=config.bias)   # mixes the heads back into the residual stream
         self.head_dim = config.head_dim
+        self.attend = causal_attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         # (B, T, heads * hd) -> (B, heads, T, hd); -1: a tensor-parallel rank holds only its heads
         q, k, v = (proj(x).view(B, T, -1, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.attend(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -124,12 +131,19 @@ class GPT(nn.Module):
                 std = residual_std if name.endswith("proj.weight") else 0.02
                 p.copy_(torch.randn(p.shape, generator=generator) * std)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """``idx`` (B, T) -> logits (B, T, vocab_size), or ``(logits, loss)`` given ``targets``."""
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None):
+        """``idx`` (B, T) -> logits (B, T, vocab_size), or ``(logits, loss)`` given ``targets``.
+        ``positions`` (T,) says where in the sequence the tokens are (default 0..T-1; a rank holding
+        part of the sequence passes its own)."""
         B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence of {T} tokens is longer than block_size={self.config.block_size}")
-        positions = torch.arange(T, device=idx.device)
+        if positions is None:
+            if T > self.config.block_size:
+                raise ValueError(f"sequence of {T} tokens is longer than block_size={self.config.block_size}")
+            positions = torch.arange(T, device=idx.device)
+        elif positions.shape != (T,) or int(positions.max()) >= self.config.block_size:
+            raise ValueError(f"positions must have shape ({T},) and values below block_size="
+                             f"{self.config.block_size}; got shape {tuple(positions.shape)}")
         x = self.tok_emb(idx) + self.pos_emb(positions)
         for block in self.blocks:
             x = block(x)

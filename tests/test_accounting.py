@@ -60,3 +60,14 @@ def test_megatron_formula_and_model_state_bytes():
     s, b, h, a = 2048, 1, 12288, 96
     assert accounting.activation_bytes_megatron(s, b, h, a) == s * b * h * (34 + 5 * a * s // h)
     assert accounting.BYTES_PER_PARAM_ADAM_MIXED == 16
+
+
+def test_saved_bytes_count_what_a_saved_tensors_hook_keeps():
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(32, 64, requires_grad=True)
+    plain = accounting.saved_activation_bytes(lambda: (x @ w).relu().sum(), [w])
+    halves = (lambda t: (t[: len(t) // 2].clone(), t[len(t) // 2:].clone()),   # kept as two pieces
+              lambda pair: torch.cat(pair))
+    assert accounting.saved_activation_bytes(lambda: (x @ w).relu().sum(), [w], hooks=halves) == plain
+    first_row = (lambda t: t[:1].clone(), lambda t: t)                         # keeps 1/32 of x
+    assert accounting.saved_activation_bytes(lambda: (x @ w).sum(), [w], hooks=first_row) == 64 * 4

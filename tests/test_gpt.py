@@ -67,3 +67,23 @@ def test_the_corpus_ships_with_python_and_windows_are_next_token_targets():
     assert (x == data.token_windows(ids, 4, 8, seed=0)[0]).all()
     with pytest.raises(ValueError, match="block must be between"):
         data.token_windows(ids, 1, len(ids))
+
+
+def test_explicit_positions_and_a_swapped_attention_change_nothing_when_they_are_the_defaults():
+    model = GPT(SMALL, seed=2)
+    idx = torch.randint(0, 11, (2, 12), generator=torch.Generator().manual_seed(5))
+    expected = model(idx)
+    assert torch.equal(model(idx, positions=torch.arange(12)), expected)
+    seen = []
+
+    def spy(q, k, v):
+        seen.append(q.shape)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    for block in model.blocks:
+        block.attn.attend = spy
+    assert torch.equal(model(idx), expected) and seen == [(2, 4, 12, 4)] * SMALL.n_layer
+    with pytest.raises(ValueError, match="positions must have shape"):
+        model(idx, positions=torch.arange(11))
+    with pytest.raises(ValueError, match="below block_size=16"):
+        model(idx, positions=torch.arange(12) + 8)

@@ -1,0 +1,55 @@
+"""Count the collectives a piece of PyTorch code issues, and the bytes each rank sends for them.
+
+An instrument, not a lesson: ``with Collectives() as seen: loss.backward()`` records every
+functional collective DTensor issues (all-reduce, all-gather, reduce-scatter, all-to-all) with the
+bytes of its input on this rank. :func:`ring_bytes_sent` turns one call into the bytes a rank sends
+under the ring algorithm, the bandwidth-optimal one NCCL and gloo use for large messages:
+
+- all-reduce of ``n`` bytes: ``2 (t-1)/t · n`` (a reduce-scatter, then an all-gather);
+- all-gather of ``n`` bytes per rank (output ``t · n``): ``(t-1) · n``;
+- reduce-scatter of ``n`` bytes (output ``n / t``): ``(t-1)/t · n``;
+- all-to-all of ``n`` bytes: ``(t-1)/t · n`` when the splits are even.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+KINDS = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
+         "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all"}
+
+
+def ring_bytes_sent(kind: str, input_bytes: int, world_size: int) -> float:
+    """Bytes one rank sends for one collective on ``world_size`` ranks, ``input_bytes`` its input."""
+    t = world_size
+    factors = {"all_reduce": 2 * (t - 1) / t, "all_gather": t - 1, "reduce_scatter": (t - 1) / t,
+               "all_to_all": (t - 1) / t}
+    if kind not in factors:
+        raise ValueError(f"unknown collective {kind!r}; one of {sorted(factors)}")
+    return factors[kind] * input_bytes
+
+
+class Collectives(TorchDispatchMode):
+    """A dispatch mode recording ``(kind, input bytes, group size)`` for each functional collective."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[str, int, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._overloadpacket.__name__
+        if func.namespace == "_c10d_functional" and name in KINDS:
+            from torch.distributed.distributed_c10d import _resolve_process_group
+
+            group = _resolve_process_group(args[-1])
+            self.calls.append((KINDS[name], args[0].numel() * args[0].element_size(), group.size()))
+        return func(*args, **(kwargs or {}))
+
+    def counts(self) -> dict[str, int]:
+        """How many collectives of each kind were issued."""
+        return dict(Counter(kind for kind, _, _ in self.calls))
+
+    def bytes_sent(self) -> float:
+        """Bytes this rank sent for all of them, by the ring algorithm (:func:`ring_bytes_sent`)."""
+        return sum(ring_bytes_sent(kind, n, t) for kind, n, t in self.calls)

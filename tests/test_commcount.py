@@ -1,0 +1,27 @@
+"""course_utils.commcount: the collectives DTensor issues, and the bytes the ring algorithm sends."""
+import pytest
+import workers
+
+from course_utils import launch
+from course_utils.commcount import ring_bytes_sent
+
+
+def test_ring_bytes_per_collective():
+    assert ring_bytes_sent("all_reduce", 400, 4) == 600          # 2 (t-1)/t n
+    assert ring_bytes_sent("all_gather", 100, 4) == 300          # (t-1) n, n = this rank's input
+    assert ring_bytes_sent("reduce_scatter", 400, 4) == 300      # (t-1)/t n
+    assert ring_bytes_sent("all_to_all", 400, 4) == 300
+    assert ring_bytes_sent("all_reduce", 400, 1) == 0            # one rank sends nothing
+    # an all-reduce is a reduce-scatter followed by an all-gather of the scattered piece
+    assert ring_bytes_sent("all_reduce", 400, 4) == (ring_bytes_sent("reduce_scatter", 400, 4)
+                                                     + ring_bytes_sent("all_gather", 100, 4))
+    with pytest.raises(ValueError, match="unknown collective 'broadcast'"):
+        ring_bytes_sent("broadcast", 1, 2)
+
+
+def test_collectives_records_what_dtensor_issues():
+    calls, counts, sent, summed, shape = launch.run(workers.collectives_seen, 2, output="none")[0]
+    assert calls == [("all_reduce", 128, 2), ("all_gather", 64, 2)]
+    assert counts == {"all_reduce": 1, "all_gather": 1}
+    assert sent == 128 + 64
+    assert summed == 2.0 and shape == (4, 8)

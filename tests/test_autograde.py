@@ -4,8 +4,9 @@ leaves no process behind."""
 import textwrap
 
 import pytest
+import torch
 
-from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12, ch13
+from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12, ch13, ch14
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -348,3 +349,76 @@ def flops(fn):
 ])
 def test_ch13_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch13.check_job_flops, answer(tmp_path, body), hint, d_model=100, block=31, batch=14)
+
+
+RING = """
+def block_attention(q, k, v, causal):
+    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    lse = scores.logsumexp(-1)
+    return (scores - lse[..., None]).exp() @ v, lse
+
+
+def ring_forward(q, k, v):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    out, lse = block_attention(q, k, v, causal=True)
+    kv = torch.stack([k, v])
+    for step in range(1, world_size):
+        incoming = torch.empty_like(kv)
+        ops = [dist.P2POp(dist.isend, kv, (rank + 1) % world_size),
+               dist.P2POp(dist.irecv, incoming, (rank - 1) % world_size)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        kv = incoming
+        if (rank - step) % world_size < rank:
+            o, l = block_attention(q, kv[0], kv[1], causal=False)
+            new = torch.logaddexp(lse, l)
+            out = out * (lse - new).exp()[..., None] + o * (l - new).exp()[..., None]
+            lse = new
+    return out
+"""
+
+
+def test_ch14_solutions_pass(tmp_path):
+    path = answer(tmp_path, RING)
+    ch14.check_ring_forward(path)
+    ch14.check_ring_forward(path, world_size=4, shape=(1, 2, 24, 8), seed=3)
+
+    def merge(out_a, lse_a, out_b, lse_b):
+        lse = torch.logaddexp(lse_a, lse_b)
+        return out_a * (lse_a - lse).exp()[..., None] + out_b * (lse_b - lse).exp()[..., None], lse
+
+    ch14.check_merge(merge)
+    for t in (1, 2, 3, 4, 8):
+        ch14.check_zigzag(lambda r, w: [r, 2 * w - 1 - r], t)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def ring_forward(q, k, v):\n    ...\n", "it still does nothing"),
+    (RING.replace("for step in range(1, world_size):", "for step in range(1, 1):"),
+     "attention to this rank's own chunk only"),
+    (RING.replace("        if (rank - step) % world_size < rank:\n", "        if True:\n"),
+     "the chunks of later ranks are merged in"),
+    (RING.replace("        if (rank - step) % world_size < rank:\n", "        if True:\n")
+     .replace("causal=True", "causal=False"), "attention without the causal mask"),
+    (RING.replace("block_attention(q, k, v, causal=True)", "block_attention(q, k, v, causal=False)"),
+     "the own chunk needs the causal mask"),
+    (RING.replace("return out", "return out[..., :1, :]"), "must return a tensor shaped like q"),
+])
+def test_ch14_ring_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch14.check_ring_forward, answer(tmp_path, body), hint, world_size=3, shape=(1, 2, 12, 4))
+
+
+def test_ch14_merge_and_zigzag_mistakes_get_their_hint():
+    def check(function, hint, *args):
+        with pytest.raises(AssertionError, match=hint):
+            function(*args)
+
+    check(ch14.check_merge, "return a tuple", lambda oa, la, ob, lb: None)
+    check(ch14.check_merge, "use torch.logaddexp", lambda oa, la, ob, lb: ((oa + ob) / 2, torch.maximum(la, lb)))
+    check(ch14.check_merge, "plain average", lambda oa, la, ob, lb: ((oa + ob) / 2, torch.logaddexp(la, lb)))
+    check(ch14.check_merge, "normalised over its own block", lambda oa, la, ob, lb: (oa + ob, torch.logaddexp(la, lb)))
+    check(ch14.check_zigzag, "zigzag returned nothing", lambda r, w: None, 2)
+    check(ch14.check_zigzag, "exactly one rank", lambda r, w: [r, r + 1], 4)
+    check(ch14.check_zigzag, "contiguous layout", lambda r, w: [2 * r, 2 * r + 1], 4)

@@ -1,9 +1,11 @@
 """Count the collectives a piece of PyTorch code issues, and the bytes each rank sends for them.
 
 An instrument, not a lesson: ``with Collectives() as seen: loss.backward()`` records every
-functional collective DTensor issues (all-reduce, all-gather, reduce-scatter, all-to-all) with the
-bytes of its input on this rank. :func:`ring_bytes_sent` turns one call into the bytes a rank sends
-under the ring algorithm, the bandwidth-optimal one NCCL and gloo use for large messages:
+functional collective DTensor issues (all-reduce, all-gather, reduce-scatter, all-to-all), and
+``dist.all_to_all_single`` (expert parallelism's uneven all-to-all), with the bytes of its input on
+this rank and the bytes it sends. An uneven all-to-all sends exactly its input minus the rows it
+keeps; for the others :func:`ring_bytes_sent` gives the bytes a rank sends under the ring
+algorithm, the bandwidth-optimal one NCCL and gloo use for large messages:
 
 - all-reduce of ``n`` bytes: ``2 (t-1)/t · n`` (a reduce-scatter, then an all-gather);
 - all-gather of ``n`` bytes per rank (output ``t · n``): ``(t-1) · n``;
@@ -13,6 +15,7 @@ under the ring algorithm, the bandwidth-optimal one NCCL and gloo use for large 
 from __future__ import annotations
 
 from collections import Counter
+from typing import NamedTuple
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -30,26 +33,41 @@ def ring_bytes_sent(kind: str, input_bytes: int, world_size: int) -> float:
     return factors[kind] * input_bytes
 
 
+class Call(NamedTuple):
+    """One collective as this rank saw it; ``sent``: the bytes it sent to other ranks."""
+    kind: str
+    input_bytes: int
+    group_size: int
+    sent: float
+
+
 class Collectives(TorchDispatchMode):
-    """A dispatch mode recording ``(kind, input bytes, group size)`` for each functional collective."""
+    """A dispatch mode recording a :class:`Call` for each collective (see the module's docstring)."""
 
     def __init__(self):
         super().__init__()
-        self.calls: list[tuple[str, int, int]] = []
+        self.calls: list[Call] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._overloadpacket.__name__
         if func.namespace == "_c10d_functional" and name in KINDS:
             from torch.distributed.distributed_c10d import _resolve_process_group
 
-            group = _resolve_process_group(args[-1])
-            self.calls.append((KINDS[name], args[0].numel() * args[0].element_size(), group.size()))
+            n, t = args[0].numel() * args[0].element_size(), _resolve_process_group(args[-1]).size()
+            self.calls.append(Call(KINDS[name], n, t, ring_bytes_sent(KINDS[name], n, t)))
+        elif func.namespace == "c10d" and name == "alltoall_base_":   # dist.all_to_all_single
+            import torch.distributed as dist
+
+            data, group, send_rows = args[1], dist.ProcessGroup.unbox(args[2]), args[4]
+            n, t = data.numel() * data.element_size(), group.size()
+            kept = send_rows[group.rank()] / sum(send_rows) if send_rows else 1 / t   # [] = even split
+            self.calls.append(Call("all_to_all", n, t, n * (1 - kept) if data.numel() else 0.0))
         return func(*args, **(kwargs or {}))
 
     def counts(self) -> dict[str, int]:
         """How many collectives of each kind were issued."""
-        return dict(Counter(kind for kind, _, _ in self.calls))
+        return dict(Counter(call.kind for call in self.calls))
 
     def bytes_sent(self) -> float:
-        """Bytes this rank sent for all of them, by the ring algorithm (:func:`ring_bytes_sent`)."""
-        return sum(ring_bytes_sent(kind, n, t) for kind, n, t in self.calls)
+        """Bytes this rank sent to other ranks for all of them."""
+        return sum(call.sent for call in self.calls)

@@ -19,9 +19,12 @@ def test_ring_bytes_per_collective():
         ring_bytes_sent("broadcast", 1, 2)
 
 
-def test_collectives_records_what_dtensor_issues():
-    calls, counts, sent, summed, shape = launch.run(workers.collectives_seen, 2, output="none")[0]
-    assert calls == [("all_reduce", 128, 2), ("all_gather", 64, 2)]
-    assert counts == {"all_reduce": 1, "all_gather": 1}
-    assert sent == 128 + 64
+def test_collectives_records_what_dtensor_and_an_uneven_all_to_all_issue():
+    (calls, counts, sent, summed, shape, got), (calls1, *_, got1) = launch.run(workers.collectives_seen, 2,
+                                                                               output="none")
+    assert calls == [("all_reduce", 128, 2, 128), ("all_gather", 64, 2, 64), ("all_to_all", 128, 2, 96)]
+    assert calls1[-1] == ("all_to_all", 128, 2, 64)     # rank 1 keeps 2 of its 4 rows
+    assert counts == {"all_reduce": 1, "all_gather": 1, "all_to_all": 1}
+    assert sent == 128 + 64 + 96
     assert summed == 2.0 and shape == (4, 8)
+    assert got == [0, 1, 1] and got1 == [0, 0, 0, 1, 1]

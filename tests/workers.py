@@ -84,7 +84,44 @@ def collectives_seen(rank, world_size):
     mesh = init_device_mesh("cpu", (world_size,))
     partial = DTensor.from_local(torch.ones(4, 8), mesh, [Partial()])   # 128 bytes per rank
     sharded = DTensor.from_local(torch.ones(2, 8), mesh, [Shard(0)])    # 64 bytes per rank
+    send = [1, 3] if rank == 0 else [2, 2]     # rows of 8 float32 (32 bytes) for ranks 0, 1
+    recv = [1, 2] if rank == 0 else [3, 2]
+    rows = torch.full((sum(send), 8), float(rank))
+    out = rows.new_empty(sum(recv), 8)
     with Collectives() as seen:
         summed = partial.redistribute(mesh, [Replicate()]).to_local()
         whole = sharded.redistribute(mesh, [Replicate()]).to_local()
-    return seen.calls, seen.counts(), seen.bytes_sent(), summed[0, 0].item(), tuple(whole.shape)
+        torch.distributed.all_to_all_single(out, rows, recv, send)
+    return seen.calls, seen.counts(), seen.bytes_sent(), summed[0, 0].item(), tuple(whole.shape), out[:, 0].tolist()
+
+
+def expert_parallel_vs_one_process(rank, world_size, n_expert, top_k, capacity_factor):
+    """An expert-parallel MoE layer on this rank's sequences == its part of the one-process layer with
+    one group per rank: outputs, input gradients, and (summed over ranks) the router's and the
+    experts' gradients. Returns max |diff| and the tokens dropped here."""
+    import torch
+    import torch.distributed as dist
+
+    from course_utils.expert_parallel import ExpertParallelMoE
+    from course_utils.moe import MoE
+
+    d, B, T = 8, 2 * world_size, 6
+    x = torch.randn(B, T, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    one = MoE(d, n_expert, top_k, capacity_factor, groups=world_size, seed=3).double()
+    whole = x.clone().requires_grad_()
+    ref = one(whole)
+    ref.pow(2).sum().backward()
+    ep = ExpertParallelMoE(MoE(d, n_expert, top_k, capacity_factor, seed=3).double())
+    mine = x.chunk(world_size)[rank].clone().requires_grad_()
+    out = ep(mine)
+    out.pow(2).sum().backward()
+    errors = [(out - ref.chunk(world_size)[rank]).abs().max().item(),
+              (mine.grad - whole.grad.chunk(world_size)[rank]).abs().max().item()]
+    router_grad = ep.router.weight.grad.clone()
+    dist.all_reduce(router_grad)                 # replicated: each rank holds its tokens' share
+    errors.append((router_grad - one.router.weight.grad).abs().max().item())
+    first = rank * len(ep.experts)
+    for j, expert in enumerate(ep.experts):      # sharded: already complete, from every rank's tokens
+        for p, q in zip(expert.parameters(), one.experts[first + j].parameters()):
+            errors.append((p.grad - q.grad).abs().max().item())
+    return max(errors), ep.dropped

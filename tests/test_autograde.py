@@ -5,8 +5,9 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12, ch13, ch14
+from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12, ch13, ch14, ch15
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -422,3 +423,82 @@ def test_ch14_merge_and_zigzag_mistakes_get_their_hint():
     check(ch14.check_zigzag, "zigzag returned nothing", lambda r, w: None, 2)
     check(ch14.check_zigzag, "exactly one rank", lambda r, w: [r, r + 1], 4)
     check(ch14.check_zigzag, "contiguous layout", lambda r, w: [2 * r, 2 * r + 1], 4)
+
+
+DISPATCH = """
+def expert_parallel(tokens, expert, local_experts):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    per_rank = len(local_experts)
+    order = torch.argsort(expert, stable=True)
+    per_expert = torch.bincount(expert, minlength=per_rank * world_size)
+    incoming = torch.empty_like(per_expert)
+    dist.all_to_all_single(incoming, per_expert)
+    incoming = incoming.view(world_size, per_rank)
+    send, recv = per_expert.view(world_size, per_rank).sum(1).tolist(), incoming.sum(1).tolist()
+    rows = tokens.new_empty(sum(recv), tokens.shape[1])
+    dist.all_to_all_single(rows, tokens[order].contiguous(), recv, send)
+    local = torch.arange(per_rank).repeat(world_size).repeat_interleave(incoming.reshape(-1))
+    done = torch.empty_like(rows)
+    for j, layer in enumerate(local_experts):
+        done[local == j] = layer(rows[local == j])
+    back = torch.empty_like(tokens)
+    dist.all_to_all_single(back, done, send, recv)
+    out = torch.empty_like(tokens)
+    out[order] = back
+    return out
+"""
+
+
+def keep_within_capacity(expert, n_expert, capacity):
+    offered = F.one_hot(expert, n_expert)
+    return (offered.cumsum(dim=0) * offered).sum(dim=-1) - 1 < capacity
+
+
+def load_balancing_loss(probs, expert, n_expert):
+    fraction = torch.bincount(expert, minlength=n_expert).to(probs.dtype) / len(expert)
+    return n_expert * (fraction * probs.mean(dim=0)).sum()
+
+
+def test_ch15_solutions_pass(tmp_path):
+    path = answer(tmp_path, DISPATCH)
+    ch15.check_expert_parallel(path)
+    ch15.check_expert_parallel(path, world_size=4, n_expert=8, n=10, seed=2)
+    ch15.check_expert_parallel(path, world_size=3, n_expert=6, n=9, seed=5, skew=True)   # a rank gets nothing
+    ch15.check_keep(keep_within_capacity)
+    ch15.check_keep(keep_within_capacity, n=200, n_expert=8, capacity=20, seed=4)
+    ch15.check_balancing_loss(load_balancing_loss)
+    ch15.check_balancing_loss(load_balancing_loss, n=64, n_expert=8, top_k=1, seed=3)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def expert_parallel(tokens, expert, local_experts):\n    ...\n", "it still does nothing"),
+    ("def expert_parallel(tokens, expert, local_experts):\n"
+     "    return torch.stack([local_experts[e % len(local_experts)](x) for x, e in zip(tokens, expert.tolist())])\n",
+     "that applies this rank's own experts"),
+    (DISPATCH.replace("out[order] = back", "out = back"), "the right outputs in the wrong rows"),
+    (DISPATCH.replace("all_to_all_single(back, done, send, recv)", "all_to_all_single(back, done, recv, send)"),
+     "on the way back the two lists swap places"),
+    (DISPATCH.replace("dist.all_to_all_single(incoming, per_expert)\n", "incoming = per_expert.clone()\n"),
+     "exchanging the per-expert counts"),
+])
+def test_ch15_dispatch_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch15.check_expert_parallel, answer(tmp_path, body), hint, world_size=3, n_expert=6, n=9, seed=5,
+               skew=True)
+
+
+def test_ch15_capacity_and_loss_mistakes_get_their_hint():
+    def check(function, hint, answer):
+        with pytest.raises(AssertionError, match=hint):
+            function(answer)
+
+    check(ch15.check_keep, "returned nothing", lambda e, n, c: None)
+    check(ch15.check_keep, "keeps the last", lambda e, n, c: keep_within_capacity(e.flip(0), n, c).flip(0))
+    check(ch15.check_keep, "not capacity \\+ 1", lambda e, n, c: keep_within_capacity(e, n, c + 1))
+    check(ch15.check_keep, "counts all assignments together", lambda e, n, c: torch.arange(len(e)) < c)
+    check(ch15.check_balancing_loss, "missing the factor E", lambda p, e, n: load_balancing_loss(p, e, n) / n)
+    check(ch15.check_balancing_loss, "a fraction of the assignments",
+          lambda p, e, n: load_balancing_loss(p, e, n) * len(e))
+    check(ch15.check_balancing_loss, "not its mean probability", lambda p, e, n: n * (p.mean(0) ** 2).sum())
+    check(ch15.check_balancing_loss, "not their sum",
+          lambda p, e, n: n * (torch.bincount(e, minlength=n) / len(e) * p.sum(0)).sum())
+    check(ch15.check_balancing_loss, "no gradient", lambda p, e, n: load_balancing_loss(p.detach(), e, n))

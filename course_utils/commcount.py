@@ -1,11 +1,13 @@
 """Count the collectives a piece of PyTorch code issues, and the bytes each rank sends for them.
 
 An instrument, not a lesson: ``with Collectives() as seen: loss.backward()`` records every
-functional collective DTensor issues (all-reduce, all-gather, reduce-scatter, all-to-all), and
-``dist.all_to_all_single`` (expert parallelism's uneven all-to-all), with the bytes of its input on
-this rank and the bytes it sends. An uneven all-to-all sends exactly its input minus the rows it
-keeps; for the others :func:`ring_bytes_sent` gives the bytes a rank sends under the ring
-algorithm, the bandwidth-optimal one NCCL and gloo use for large messages:
+functional collective DTensor issues (all-reduce, all-gather, reduce-scatter, all-to-all), the
+flat all-gathers and reduce-scatters of FSDP2 (``dist.all_gather_into_tensor``,
+``dist.reduce_scatter_tensor``), and ``dist.all_to_all_single`` (expert parallelism's uneven
+all-to-all), with the bytes of its input on this rank and the bytes it sends. An uneven all-to-all
+sends exactly its input minus the rows it keeps; for the others :func:`ring_bytes_sent` gives the
+bytes a rank sends under the ring algorithm, the bandwidth-optimal one NCCL and gloo use for large
+messages:
 
 - all-reduce of ``n`` bytes: ``2 (t-1)/t · n`` (a reduce-scatter, then an all-gather);
 - all-gather of ``n`` bytes per rank (output ``t · n``): ``(t-1) · n``;
@@ -21,6 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 KINDS = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
          "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all"}
+
+C10D_FLAT = {"_allgather_base_": "all_gather", "_reduce_scatter_base_": "reduce_scatter"}
 
 
 def ring_bytes_sent(kind: str, input_bytes: int, world_size: int) -> float:
@@ -55,6 +59,11 @@ class Collectives(TorchDispatchMode):
 
             n, t = args[0].numel() * args[0].element_size(), _resolve_process_group(args[-1]).size()
             self.calls.append(Call(KINDS[name], n, t, ring_bytes_sent(KINDS[name], n, t)))
+        elif func.namespace == "c10d" and name in C10D_FLAT:           # FSDP2's flat buffers
+            import torch.distributed as dist
+
+            n, t = args[1].numel() * args[1].element_size(), dist.ProcessGroup.unbox(args[2]).size()
+            self.calls.append(Call(C10D_FLAT[name], n, t, ring_bytes_sent(C10D_FLAT[name], n, t)))
         elif func.namespace == "c10d" and name == "alltoall_base_":   # dist.all_to_all_single
             import torch.distributed as dist
 

@@ -45,10 +45,21 @@ LOG_LINE = re.compile(
 """A line a framework's logger wrote (info or warning), recognised by its prefix."""
 
 
+LOGGERS = ("torchao", "torch.utils._pytree")
+"""Python loggers that warn at import about the machine, not the code: torchao's "Failed to load"
+its CUDA kernels (on a machine without them) and a deprecation notice torchao's import triggers."""
+
+
 def apply() -> None:
-    """Set every variable of :data:`ENV` in this process that is not set yet (children inherit)."""
+    """Set every variable of :data:`ENV` in this process that is not set yet (children inherit), and
+    raise the :data:`LOGGERS` to errors only, unless a level was set for them already."""
+    import logging
+
     for name, value in ENV.items():
         os.environ.setdefault(name, value)
+    for name in LOGGERS:
+        if logging.getLogger(name).level == logging.NOTSET:
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def strip_logs(text: str) -> str:

@@ -98,3 +98,12 @@ def test_import_quietly_drops_log_lines_a_module_writes_while_loading(tmp_path, 
     assert module.VALUE == 42 and quiet.import_quietly("noisy_framework") is module
     err = capfd.readouterr().err
     assert err == "a real problem\n"
+
+
+def test_torchao_imports_without_a_word_after_course_utils_and_errors_still_show():
+    code = "import course_utils, torchao.float8; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "ok\n" and out.stderr == ""   # not "Failed to load …" nor the pytree notice
+    code = "import logging, course_utils; logging.getLogger('torchao').error('a real error')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "a real error" in out.stderr

@@ -92,6 +92,9 @@ def collectives_seen(rank, world_size):
         summed = partial.redistribute(mesh, [Replicate()]).to_local()
         whole = sharded.redistribute(mesh, [Replicate()]).to_local()
         torch.distributed.all_to_all_single(out, rows, recv, send)
+        flat = torch.empty(2 * 6)                                    # FSDP2's flat all-gather
+        torch.distributed.all_gather_into_tensor(flat, torch.ones(6))  # 24 bytes per rank
+        torch.distributed.reduce_scatter_tensor(torch.empty(6), torch.ones(12))   # 48 bytes in
     return seen.calls, seen.counts(), seen.bytes_sent(), summed[0, 0].item(), tuple(whole.shape), out[:, 0].tolist()
 
 

@@ -37,6 +37,15 @@ CPU_ONLY := COURSE_PROFILE=cpu CUDA_VISIBLE_DEVICES=
 NBVAL := $(CPU_ONLY) $(CAPPED_KERNELS) $(PY) -m pytest --nbval --nbval-current-env $(NBVAL_COMMON)
 NBVAL_MXNET := $(CPU_ONLY) $(CAPPED_KERNELS) $(PY) -m pytest --nbval --nbval-kernel-name $(MXKERNEL) $(NBVAL_COMMON)
 PORT ?= 8888
+# The unit, reader and notebook tiers run on every core (pytest-xdist, at most 4 workers): one test
+# file, or one notebook with its kernel, per worker at a time. Most of a notebook's time is spent
+# waiting on processes it started, so 2 workers on 2 cores take less than half the time of one.
+# `make test JOBS=1` runs them one at a time
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
+XDIST := -n $(JOBS) --dist loadfile
+# pip does not byte-compile what it installs: Python compiles a module the first time it is
+# imported, which costs far less than compiling all of TensorFlow, JAX and PyTorch (a minute here)
+PIP_INSTALL := pip install -q --no-compile
 # The browser test drives Debian's chromium; where apt-get exists `make test` installs it and the
 # test must run (COURSE_REQUIRE_BROWSER=1), elsewhere it is skipped unless CHROMIUM points at one
 CHROMIUM ?= /usr/bin/chromium
@@ -65,14 +74,14 @@ help:
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (the course is built and tested on Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt 2>&1 | $(QUIET_PIP)
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | $(QUIET_PIP)
+	$(PY) -m $(PIP_INSTALL) -r requirements.txt -r requirements-dev.txt 2>&1 | $(QUIET_PIP)
+	$(PY) -m $(PIP_INSTALL) --no-deps --no-build-isolation -e . 2>&1 | $(QUIET_PIP)
 	touch $(STAMP)
 
 $(MXSTAMP): requirements-mxnet.txt pyproject.toml $(STAMP)
 	test -x $(MXVENV)/bin/python || $(PYTHON) -m venv $(MXVENV)
-	$(MXVENV)/bin/python -m pip install -q -r requirements-mxnet.txt 2>&1 | $(QUIET_PIP)
-	$(MXVENV)/bin/python -m pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	$(MXVENV)/bin/python -m $(PIP_INSTALL) -r requirements-mxnet.txt 2>&1 | $(QUIET_PIP)
+	$(MXVENV)/bin/python -m $(PIP_INSTALL) --no-deps -e . 2>&1 | $(QUIET_PIP)
 	$(MXVENV)/bin/python -m ipykernel install --prefix $(abspath $(VENV)) --name $(MXKERNEL) \
 	  --display-name "Python 3 (MXNet 1.9.1)" 2>&1 | { grep -v "kernelspec may not be found" || true; }
 	touch $(MXSTAMP)
@@ -93,12 +102,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check
 
 test-unit: $(STAMP) $(MXSTAMP)
-	$(PY) -m pytest tests -q -p no:cacheprovider --ignore=tests/exercises --ignore=tests/slurm \
+	$(PY) -m pytest tests -q -p no:cacheprovider $(XDIST) --ignore=tests/exercises --ignore=tests/slurm \
 	  $(addprefix --ignore=,$(READER_TESTS))
 
 # what a reader meets: Binder's config, the site, JupyterLab in a browser (screenshot: build/screenshots/)
 test-reader: $(STAMP) browser
-	COURSE_REQUIRE_BROWSER=$(HAVE_APT) CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(READER_TESTS) -q -p no:cacheprovider
+	COURSE_REQUIRE_BROWSER=$(HAVE_APT) CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(READER_TESTS) -q -p no:cacheprovider $(XDIST)
 
 browser:
 	@if [ -x "$(CHROMIUM)" ]; then :; \
@@ -119,7 +128,7 @@ slurm:
 	else echo "no apt-get: the SLURM tier cannot install SLURM here (it needs Debian's slurm and munge)"; fi
 
 test-notebooks: $(STAMP) $(MXSTAMP)
-	$(NBVAL) -q notebooks $(addprefix --ignore=,$(MXNET_NOTEBOOKS))
+	$(NBVAL) -q $(XDIST) notebooks $(addprefix --ignore=,$(MXNET_NOTEBOOKS))
 	$(NBVAL_MXNET) -q $(MXNET_NOTEBOOKS)
 
 test-exercises: $(STAMP)

@@ -2,7 +2,9 @@
 
 Checked when the session ends: every process below pytest (kernels, and what they started), and
 every process that started during the session, runs something of this checkout and was orphaned
-(re-parented to init when its kernel died, so no longer below pytest).
+(re-parented to init when its kernel died, so no longer below pytest). Under pytest-xdist (`make
+test` runs notebooks on every core) the controller checks, after its workers have been shut down:
+what a worker left behind is then an orphan, and a worker's own verdict would not reach the report.
 """
 import time
 from pathlib import Path
@@ -15,11 +17,18 @@ ROOT = str(Path(__file__).resolve().parents[1])
 _before: set[int] = set()
 
 
+def _is_xdist_worker(session) -> bool:
+    return hasattr(session.config, "workerinput")
+
+
 def pytest_sessionstart(session):
     _before.update(process_table())
 
 
+@pytest.hookimpl(trylast=True)   # after pytest-xdist's own sessionfinish has stopped the workers
 def pytest_sessionfinish(session, exitstatus):
+    if _is_xdist_worker(session):
+        return
     deadline = time.monotonic() + 10       # kernels and their children get a moment to exit
     while True:
         orphans = {pid: cmd for pid, (parent, cmd) in process_table().items()

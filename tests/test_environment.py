@@ -95,6 +95,7 @@ def test_course_utils_imports_in_the_mxnet_environment():
 
 def test_dev_tools_are_pinned_and_the_book_is_version_1():
     dev = requirements(ROOT / "requirements-dev.txt")
-    assert set(dev) == {"ruff", "jupyter-book", "jupyter-repo2docker", "playwright", "kubernetes-validate"}
+    assert set(dev) == {"ruff", "pytest-xdist", "jupyter-book", "jupyter-repo2docker", "playwright",
+                        "kubernetes-validate"}
     assert dev["jupyter-book"].startswith("1."), "Jupyter Book 2 downloads its theme: it cannot build offline"
     assert "-r requirements-dev.txt" in (ROOT / "Makefile").read_text()

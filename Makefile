@@ -37,14 +37,16 @@ CPU_ONLY := COURSE_PROFILE=cpu CUDA_VISIBLE_DEVICES=
 NBVAL := $(CPU_ONLY) $(CAPPED_KERNELS) $(PY) -m pytest --nbval --nbval-current-env $(NBVAL_COMMON)
 NBVAL_MXNET := $(CPU_ONLY) $(CAPPED_KERNELS) $(PY) -m pytest --nbval --nbval-kernel-name $(MXKERNEL) $(NBVAL_COMMON)
 PORT ?= 8888
-# The unit, reader and notebook tiers run on every core (pytest-xdist, at most 4 workers): one test
-# file, or one notebook with its kernel, per worker at a time. Most of a notebook's time is spent
-# waiting on processes it started, so 2 workers on 2 cores take less than half the time of one.
-# `make test JOBS=1` runs them one at a time
-JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
+# The unit, reader and notebook tiers run under pytest-xdist with JOBS workers (2 per core, at most
+# 4): one test file, or one notebook with its kernel, per worker at a time. Much of a test's time is
+# spent waiting on processes it started (kernels, gloo ranks), so on 2 cores 4 workers take well
+# under half the time of one. `make test JOBS=1` runs them one at a time
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( 2 * n < 4 ? 2 * n : 4 )))
 XDIST := -n $(JOBS) --dist loadfile
-# pip does not byte-compile what it installs: Python compiles a module the first time it is
-# imported, which costs far less than compiling all of TensorFlow, JAX and PyTorch (a minute here)
+# pip byte-compiles what it installs on one core (a minute here for TensorFlow, JAX and PyTorch);
+# compileall does it on every core. Without it each process of the first test tier would compile
+# the modules it imports itself, many at once. (Files that are not valid Python 3.11, such as some
+# packages' test data, fail to compile, as they do under pip: those messages are dropped.)
 PIP_INSTALL := pip install -q --no-compile
 # The browser test drives Debian's chromium; where apt-get exists `make test` installs it and the
 # test must run (COURSE_REQUIRE_BROWSER=1), elsewhere it is skipped unless CHROMIUM points at one
@@ -76,12 +78,14 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m $(PIP_INSTALL) -r requirements.txt -r requirements-dev.txt 2>&1 | $(QUIET_PIP)
 	$(PY) -m $(PIP_INSTALL) --no-deps --no-build-isolation -e . 2>&1 | $(QUIET_PIP)
+	$(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
 	touch $(STAMP)
 
 $(MXSTAMP): requirements-mxnet.txt pyproject.toml $(STAMP)
 	test -x $(MXVENV)/bin/python || $(PYTHON) -m venv $(MXVENV)
 	$(MXVENV)/bin/python -m $(PIP_INSTALL) -r requirements-mxnet.txt 2>&1 | $(QUIET_PIP)
 	$(MXVENV)/bin/python -m $(PIP_INSTALL) --no-deps -e . 2>&1 | $(QUIET_PIP)
+	$(MXVENV)/bin/python -m compileall -q -j 0 $(MXVENV)/lib >/dev/null 2>&1 || true
 	$(MXVENV)/bin/python -m ipykernel install --prefix $(abspath $(VENV)) --name $(MXKERNEL) \
 	  --display-name "Python 3 (MXNet 1.9.1)" 2>&1 | { grep -v "kernelspec may not be found" || true; }
 	touch $(MXSTAMP)

@@ -3,8 +3,8 @@
 An instrument, not a lesson: ``with Collectives() as seen: loss.backward()`` records every
 functional collective DTensor issues (all-reduce, all-gather, reduce-scatter, all-to-all), the
 flat all-gathers and reduce-scatters of FSDP2 (``dist.all_gather_into_tensor``,
-``dist.reduce_scatter_tensor``), and ``dist.all_to_all_single`` (expert parallelism's uneven
-all-to-all), with the bytes of its input on this rank and the bytes it sends. An uneven all-to-all
+``dist.reduce_scatter_tensor``), ``dist.all_reduce`` (HSDP's all-reduce across replicas) and
+``dist.all_to_all_single`` (expert parallelism's uneven all-to-all), with the bytes of its input on this rank and the bytes it sends. An uneven all-to-all
 sends exactly its input minus the rows it keeps; for the others :func:`ring_bytes_sent` gives the
 bytes a rank sends under the ring algorithm, the bandwidth-optimal one NCCL and gloo use for large
 messages:
@@ -38,11 +38,19 @@ def ring_bytes_sent(kind: str, input_bytes: int, world_size: int) -> float:
 
 
 class Call(NamedTuple):
-    """One collective as this rank saw it; ``sent``: the bytes it sent to other ranks."""
+    """One collective as this rank saw it; ``sent``: the bytes it sent to other ranks; ``group``: the
+    global ranks taking part (which mesh dimension it ran on)."""
     kind: str
     input_bytes: int
     group_size: int
     sent: float
+    group: tuple[int, ...] = ()
+
+
+def _ranks(group) -> tuple[int, ...]:
+    import torch.distributed as dist
+
+    return tuple(dist.get_process_group_ranks(group))
 
 
 class Collectives(TorchDispatchMode):
@@ -57,20 +65,28 @@ class Collectives(TorchDispatchMode):
         if func.namespace == "_c10d_functional" and name in KINDS:
             from torch.distributed.distributed_c10d import _resolve_process_group
 
-            n, t = args[0].numel() * args[0].element_size(), _resolve_process_group(args[-1]).size()
-            self.calls.append(Call(KINDS[name], n, t, ring_bytes_sent(KINDS[name], n, t)))
+            group = _resolve_process_group(args[-1])
+            n, t = args[0].numel() * args[0].element_size(), group.size()
+            self.calls.append(Call(KINDS[name], n, t, ring_bytes_sent(KINDS[name], n, t), _ranks(group)))
         elif func.namespace == "c10d" and name in C10D_FLAT:           # FSDP2's flat buffers
             import torch.distributed as dist
 
-            n, t = args[1].numel() * args[1].element_size(), dist.ProcessGroup.unbox(args[2]).size()
-            self.calls.append(Call(C10D_FLAT[name], n, t, ring_bytes_sent(C10D_FLAT[name], n, t)))
+            group = dist.ProcessGroup.unbox(args[2])
+            n, t = args[1].numel() * args[1].element_size(), group.size()
+            self.calls.append(Call(C10D_FLAT[name], n, t, ring_bytes_sent(C10D_FLAT[name], n, t), _ranks(group)))
+        elif func.namespace == "c10d" and name == "allreduce_":       # dist.all_reduce (HSDP's replicas)
+            import torch.distributed as dist
+
+            group = dist.ProcessGroup.unbox(args[1])
+            n, t = sum(x.numel() * x.element_size() for x in args[0]), group.size()
+            self.calls.append(Call("all_reduce", n, t, ring_bytes_sent("all_reduce", n, t), _ranks(group)))
         elif func.namespace == "c10d" and name == "alltoall_base_":   # dist.all_to_all_single
             import torch.distributed as dist
 
             data, group, send_rows = args[1], dist.ProcessGroup.unbox(args[2]), args[4]
             n, t = data.numel() * data.element_size(), group.size()
             kept = send_rows[group.rank()] / sum(send_rows) if send_rows else 1 / t   # [] = even split
-            self.calls.append(Call("all_to_all", n, t, n * (1 - kept) if data.numel() else 0.0))
+            self.calls.append(Call("all_to_all", n, t, n * (1 - kept) if data.numel() else 0.0, _ranks(group)))
         return func(*args, **(kwargs or {}))
 
     def counts(self) -> dict[str, int]:

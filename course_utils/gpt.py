@@ -102,6 +102,13 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def blocks_of(model: nn.Module) -> list[Block]:
+    """The transformer blocks of a GPT (a ``ModuleList``) or of a pipeline stage of one (a
+    ``ModuleDict`` keyed by the blocks' indices in the whole model), in order."""
+    blocks = model.blocks
+    return list(blocks.values()) if isinstance(blocks, nn.ModuleDict) else list(blocks)
+
+
 class GPT(nn.Module):
     """Token + position embeddings, ``n_layer`` blocks, a final LayerNorm and the output head."""
 

@@ -45,9 +45,11 @@ LOG_LINE = re.compile(
 """A line a framework's logger wrote (info or warning), recognised by its prefix."""
 
 
-LOGGERS = ("torchao", "torch.utils._pytree")
-"""Python loggers that warn at import about the machine, not the code: torchao's "Failed to load"
-its CUDA kernels (on a machine without them) and a deprecation notice torchao's import triggers."""
+LOGGERS = ("torchao", "torch.utils._pytree", "torch.distributed.tensor._redistribute")
+"""Python loggers that warn about the machine or about the checks, not the code taught: torchao's
+"Failed to load" its CUDA kernels (on a machine without them), a deprecation notice torchao's import
+triggers, and DTensor's note that gathering a parameter sharded over two mesh dimensions (FSDP × TP)
+takes two all-gathers — which only the course's comparisons with one process do."""
 
 
 def apply() -> None:

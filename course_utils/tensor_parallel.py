@@ -27,6 +27,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from .gpt import blocks_of
+
 
 def block_plan(sequence_parallel: bool = False) -> dict:
     """How each layer of a GPT block is split (keys: module paths inside the block)."""
@@ -44,12 +46,18 @@ def block_plan(sequence_parallel: bool = False) -> dict:
 
 
 def parallelize_gpt(model: nn.Module, mesh, sequence_parallel: bool = False) -> nn.Module:
-    """Split every block of ``model`` (a ``course_utils.gpt.GPT``) over ``mesh`` by :func:`block_plan`,
+    """Split every block of ``model`` (a ``course_utils.gpt.GPT``, or a pipeline stage of one:
+    ``course_utils.composed.GPTStage``) over ``mesh`` by :func:`block_plan`,
     in place; with sequence parallelism the embeddings, final LayerNorm and head too. Returns it."""
     t, config = mesh.size(), model.config
     if config.n_head % t:
         raise ValueError(f"n_head={config.n_head} heads do not split over {t} ranks; pick t dividing n_head")
-    for block in model.blocks:
+    whole = all(hasattr(model, name) for name in ("tok_emb", "pos_emb", "ln_f", "head"))
+    if sequence_parallel and not whole:
+        raise ValueError("sequence parallelism here needs the whole model on these ranks (embeddings to head); "
+                         "a pipeline stage's activations would leave it cut along the sequence: use "
+                         "sequence_parallel=False with pipeline stages")
+    for block in blocks_of(model):
         parallelize_module(block, mesh, block_plan(sequence_parallel))
     if sequence_parallel:       # between blocks the residual stream is cut along the sequence too
         parallelize_module(model, mesh, {

@@ -95,6 +95,7 @@ def collectives_seen(rank, world_size):
         flat = torch.empty(2 * 6)                                    # FSDP2's flat all-gather
         torch.distributed.all_gather_into_tensor(flat, torch.ones(6))  # 24 bytes per rank
         torch.distributed.reduce_scatter_tensor(torch.empty(6), torch.ones(12))   # 48 bytes in
+        torch.distributed.all_reduce(torch.ones(3))                   # 12 bytes, as HSDP's replicas do
     return seen.calls, seen.counts(), seen.bytes_sent(), summed[0, 0].item(), tuple(whole.shape), out[:, 0].tolist()
 
 
@@ -128,3 +129,53 @@ def expert_parallel_vs_one_process(rank, world_size, n_expert, top_k, capacity_f
         for p, q in zip(expert.parameters(), one.experts[first + j].parameters()):
             errors.append((p.grad - q.grad).abs().max().item())
     return max(errors), ep.dropped
+
+
+def composed_vs_one_process(rank, world_size, layout, schedule=None, n_microbatches=2, sequence_parallel=False,
+                            per_block=True, steps=2, n_layer=4):
+    """The GPT trained on ``layout`` (course_utils.composed) for ``steps`` SGD steps == one process on
+    the same global batches. Returns (names of the parameters this rank holds, max |param diff| over
+    them, (this data-parallel slice's losses, one process's) or None where this rank holds no last
+    stage, the collectives of the last step by mesh dimension)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.distributed.tensor import DTensor
+
+    from course_utils import composed
+    from course_utils.commcount import Collectives
+    from course_utils.gpt import GPT, GPTConfig
+
+    config = GPTConfig(vocab_size=16, block_size=8, n_layer=n_layer, n_head=4, d_model=16)
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(16, (8, 8), generator=g), torch.randint(16, (8, 8), generator=g)) for _ in range(steps)]
+
+    def loss_fn(logits, targets):
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    ref = GPT(config, seed=1)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    ref_losses = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = loss_fn(ref(x), y)
+        loss.backward()
+        opt.step()
+        ref_losses.append(loss.item())
+
+    mesh, dp_rank = composed.make_mesh(layout), layout.coords(rank)["dp"]   # losses: this dp rank's slice
+    mine = composed.parallelize(GPT(config, seed=1), layout, mesh, rank, schedule=schedule, loss_fn=loss_fn,
+                                n_microbatches=n_microbatches, per_block=per_block, sequence_parallel=sequence_parallel)
+    opt = torch.optim.SGD(mine.parameters(), lr=0.5)
+    losses = []
+    for x, y in batches:
+        opt.zero_grad()
+        with Collectives() as seen:
+            loss = mine.forward_backward(*(composed.batch_slice(t, dp_rank, layout.dp) for t in (x, y)), loss_fn)
+        opt.step()
+        if loss is not None:
+            losses.append(loss.item())
+    ref_params = dict(ref.named_parameters())
+    full = {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach() for n, p in mine.named_parameters().items()}
+    param_diff = max((full[n] - ref_params[n]).abs().max().item() for n in full)
+    per_dim = {dim: [c.kind for c in calls] for dim, calls in composed.by_dimension(seen.calls, mesh).items()}
+    return sorted(full), param_diff, (losses, ref_losses) if losses else None, per_dim

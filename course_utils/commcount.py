@@ -4,10 +4,10 @@ An instrument, not a lesson: ``with Collectives() as seen: loss.backward()`` rec
 functional collective DTensor issues (all-reduce, all-gather, reduce-scatter, all-to-all), the
 flat all-gathers and reduce-scatters of FSDP2 (``dist.all_gather_into_tensor``,
 ``dist.reduce_scatter_tensor``), ``dist.all_reduce`` (HSDP's all-reduce across replicas) and
-``dist.all_to_all_single`` (expert parallelism's uneven all-to-all), with the bytes of its input on this rank and the bytes it sends. An uneven all-to-all
-sends exactly its input minus the rows it keeps; for the others :func:`ring_bytes_sent` gives the
-bytes a rank sends under the ring algorithm, the bandwidth-optimal one NCCL and gloo use for large
-messages:
+``dist.all_to_all_single`` (expert parallelism's uneven all-to-all), with the bytes of its input
+on this rank and the bytes it sends. An uneven all-to-all sends exactly its input minus the rows it
+keeps; for the others :func:`ring_bytes_sent` gives the bytes a rank sends under the ring
+algorithm, the bandwidth-optimal one NCCL and gloo use for large messages:
 
 - all-reduce of ``n`` bytes: ``2 (t-1)/t · n`` (a reduce-scatter, then an all-gather);
 - all-gather of ``n`` bytes per rank (output ``t · n``): ``(t-1) · n``;

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12, ch13, ch14, ch15
+from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12, ch13, ch14, ch15, ch16
 from course_utils.scripts import descendants
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -502,3 +502,63 @@ def test_ch15_capacity_and_loss_mistakes_get_their_hint():
     check(ch15.check_balancing_loss, "not their sum",
           lambda p, e, n: n * (torch.bincount(e, minlength=n) / len(e) * p.sum(0)).sum())
     check(ch15.check_balancing_loss, "no gradient", lambda p, e, n: load_balancing_loss(p.detach(), e, n))
+
+
+LAYOUT_2D = """
+from torch.distributed.fsdp import fully_shard
+
+from course_utils.tensor_parallel import parallelize_gpt
+
+
+def build_2d(model, mesh):
+    parallelize_gpt(model, mesh["tp"])
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    return model
+"""
+
+
+def test_ch16_solutions_pass(tmp_path):
+    from course_utils import planner
+
+    ch16.check_build_2d(answer(tmp_path, LAYOUT_2D))
+    ch16.check_tp_all_reduces(lambda n_layer, pp, m: 4 * (n_layer // pp) * m)
+    model = planner.Transformer(layers=8, hidden=512, heads=8, seq=512, vocab=1000)
+    ranked = planner.plan(model, 32, planner.Cluster(gpus=8, **planner.H100))
+    for limit in (1, 5, 80):
+        ch16.check_pick(lambda r, gb: max([x for x in r if x.reason is None and x.memory_gb <= gb],
+                                          key=lambda x: x.mfu, default=None), ranked, limit)
+
+
+@pytest.mark.parametrize("body, hint", [
+    ("def build_2d(model, mesh):\n    ...\n", "it still does nothing"),
+    (LAYOUT_2D.replace("""    for block in model.blocks:
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+""", ""), "nothing averaged the gradients"),
+    (LAYOUT_2D.replace('"tp"', '"swap"').replace('"dp"', '"tp"').replace('"swap"', '"dp"'), "dimensions are swapped"),
+])
+def test_ch16_layout_mistakes_get_their_hint(tmp_path, body, hint):
+    fails_with(ch16.check_build_2d, answer(tmp_path, body), hint)
+
+
+def test_ch16_pick_and_count_mistakes_get_their_hint():
+    from course_utils import planner
+
+    model = planner.Transformer(layers=8, hidden=512, heads=8, seq=512, vocab=1000)
+    ranked = planner.plan(model, 32, planner.Cluster(gpus=8, **planner.H100))
+    feasible = sorted(x.memory_gb for x in ranked if x.reason is None)
+    limit = feasible[len(feasible) // 2]            # some layouts fit under it, some do not
+    with pytest.raises(AssertionError, match="cannot run"):
+        ch16.check_pick(lambda r, gb: next(x for x in r if x.reason is not None), ranked, limit)
+    with pytest.raises(AssertionError, match="over the .* GB limit"):
+        ch16.check_pick(lambda r, gb: next(x for x in r if x.reason is None and x.memory_gb > gb), ranked, limit)
+    with pytest.raises(AssertionError, match="a faster layout fits"):
+        ch16.check_pick(lambda r, gb: [x for x in r if x.reason is None and x.memory_gb <= gb][-1], ranked, limit)
+    with pytest.raises(AssertionError, match="returned None"):
+        ch16.check_pick(lambda r, gb: None, ranked, limit)
+    for wrong, hint in ((lambda n, p, m: 2 * (n // p) * m, "forward only"), (lambda n, p, m: 4 * n * m, "n_layer / pp"),
+                        (lambda n, p, m: 4 * (n // p), "every microbatch"), (lambda n, p, m: None, "returned nothing")):
+        with pytest.raises(AssertionError, match=hint):
+            ch16.check_tp_all_reduces(wrong)

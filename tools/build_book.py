@@ -35,7 +35,7 @@ PARTS = {
     "The frameworks of the seed": ["05", "06", "07", "08"],
     "Scaling one model over many devices": ["09", "10"],
     "Operating at scale": ["11", "12"],
-    "Transformers: what they cost, and how to split them": ["13", "14", "15"],
+    "Transformers: what they cost, and how to split them": ["13", "14", "15", "16"],
 }
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PROGRESS = re.compile(r"\d+%\|")      # tqdm's text form: "label:   0%|          | 0/3 [00:00<?, ?it/s]"

@@ -67,7 +67,8 @@ def test_there_are_at_least_two_questions_per_chapter():
                          "03_pytorch_ddp", "04_mixed_precision", "05_tensorflow_strategies",
                          "06_keras_multi_device", "07_mxnet_legacy", "08_caffe2_legacy", "09_model_parallel",
                          "10_sharded_data_parallel", "11_fault_tolerance", "12_performance_playbook",
-                         "13_transformer_accounting", "14_sequence_context_parallel", "15_expert_parallel"]
+                         "13_transformer_accounting", "14_sequence_context_parallel", "15_expert_parallel",
+                         "16_composing_parallelism"]
     for name in EXERCISES:
         nb = nbformat.read(ROOT / "exercises" / f"{name}.ipynb", as_version=4)
         questions = [c for c in nb.cells if c.cell_type == "raw" and c.source.startswith("# BEGIN QUESTION")]
@@ -108,6 +109,7 @@ DISTRIBUTED_QUESTIONS = {
     "13_transformer_accounting": ("q3", "job_flops returned None"),
     "14_sequence_context_parallel": ("q3", "ring_forward returned None"),
     "15_expert_parallel": ("q3", "expert_parallel returned None"),
+    "16_composing_parallelism": ("q3", "build_2d returned None"),
 }
 
 

@@ -5,7 +5,8 @@ The model of one training step (a GPT like ``course_utils.gpt``: L layers, hidde
 sequence s, vocabulary V, untied head; global batch B sequences; n = dp · tp · pp GPUs):
 
 - **model state** per GPU: the weights of the largest pipeline stage (L/pp blocks of 12h² + 13h,
-  plus the V·h embedding and the V·h head, each on one end of the pipeline), split by tp; 16 bytes
+  plus the V·h embedding and the V·h head, each on one end of the pipeline; :func:`params_per_gpu`),
+  split by tp; 16 bytes
   per parameter with Adam in mixed precision (2 + 2 bf16 weights and gradients, 12 fp32 master
   weights and moments), the ZeRO stage's share of it split over dp (``costmodel.ZERO_STAGES``);
 - **activations** per GPU, Korthikanti et al. 2022 (Table 2) with sequence parallelism:
@@ -142,11 +143,19 @@ def _check(model: Transformer, layout: Layout, global_batch: int, cluster: Clust
     return None
 
 
+def params_per_gpu(model: Transformer, layout: Layout) -> float:
+    """Parameters one GPU of the busiest (first) pipeline stage holds, before ZeRO: its L/pp blocks, the
+    V·h token and s·h position embeddings, and the V·h head too when pp = 1; all split by tp (the
+    embedding and head by vocabulary, as Megatron-LM does)."""
+    ends = 2 if layout.pp == 1 else 1                 # embedding and head on one GPU, or one on each end
+    blocks = model.layers // layout.pp * accounting.block_params(model.hidden)
+    return (blocks + ends * model.vocab * model.hidden + model.seq * model.hidden) / layout.tp
+
+
 def memory(model: Transformer, layout: Layout) -> dict[str, float]:
     """Bytes on the busiest GPU (the first pipeline stage): model state and activations."""
     L, h, a, s, V, b, t = model.layers, model.hidden, model.heads, model.seq, model.vocab, layout.microbatch, layout.tp
-    ends = 2 if layout.pp == 1 else 1                 # embedding and head on one GPU, or one on each end
-    params = (L // layout.pp * accounting.block_params(h) + ends * V * h) / t
+    params = params_per_gpu(model, layout)
     sharded = costmodel.ZERO_STAGES[layout.zero]
     state = {name: params * nbytes / (layout.dp if split else 1)
              for name, nbytes, split in zip(("weights", "gradients", "optimizer"), BYTES_PER_PARAM, sharded)}

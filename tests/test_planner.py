@@ -10,9 +10,10 @@ SMALL = planner.Transformer(layers=2, hidden=64, heads=4, seq=128, vocab=256)
 def test_memory_of_a_small_layout_by_hand():
     layout = planner.Layout(dp=2, tp=2, zero=1, microbatch=2)
     got = planner.memory(SMALL, layout)
-    # parameters per GPU: (2 blocks of 12·64² + 13·64 = 49,984, plus embedding and head 2·256·64) / tp 2
-    params = (2 * 49_984 + 2 * 256 * 64) / 2
-    assert params == 66_368
+    # parameters per GPU: (2 blocks of 12·64² + 13·64 = 49,984, embedding and head 2·256·64, positions
+    # 128·64) / tp 2
+    params = (2 * 49_984 + 2 * 256 * 64 + 128 * 64) / 2
+    assert params == 70_464 == planner.params_per_gpu(SMALL, layout)
     assert got["weights"] == got["gradients"] == 2 * params          # bf16
     assert got["optimizer"] == 12 * params / 2                       # fp32 master + 2 moments, ZeRO-1 over dp 2
     assert got["activations"] == 2 * 128 * 2 * 64 * 34 / 2           # L · s·b·h·34/t (flash: no s² term)
@@ -29,8 +30,13 @@ def test_recomputation_and_materialised_scores_change_the_activations():
 def test_zero_stages_shard_more_and_more_state():
     by_stage = [sum(v for k, v in planner.memory(SMALL, planner.Layout(dp=8, zero=z)).items()
                     if k in ("weights", "gradients", "optimizer")) for z in range(4)]
-    params = 2 * 49_984 + 2 * 256 * 64
+    params = 2 * 49_984 + 2 * 256 * 64 + 128 * 64
     assert by_stage == [16 * params, (4 + 12 / 8) * params, (2 + 14 / 8) * params, 16 / 8 * params]
+
+
+def test_a_pipeline_stage_holds_its_blocks_and_one_end():
+    layout = planner.Layout(dp=1, tp=2, pp=2)
+    assert planner.params_per_gpu(SMALL, layout) == (49_984 + 256 * 64 + 128 * 64) / 2
 
 
 def test_one_gpu_is_all_compute_and_the_bubble_follows_the_formula():

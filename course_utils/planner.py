@@ -1,27 +1,41 @@
-"""Which layout? Per-GPU memory, step time and MFU of a GPT under (dp, tp, pp, ZeRO, recomputation,
-microbatch size) on a cluster — pure arithmetic, so that every number can be checked by hand.
+"""Which layout? Per-GPU memory, step time and MFU of a GPT under (dp, tp, pp, cp, ep, ZeRO,
+recomputation, microbatch size) on a cluster — pure arithmetic, so that every number can be checked
+by hand.
 
 The model of one training step (a GPT like ``course_utils.gpt``: L layers, hidden h, a heads,
-sequence s, vocabulary V, untied head; global batch B sequences; n = dp · tp · pp GPUs):
+sequence s, vocabulary V, untied head; with ``experts`` E > 0 each block's MLP is E experts of which
+each token uses ``top_k`` k (chapter 15); global batch B sequences; n = dp · tp · pp · cp GPUs,
+ranks ordered tp, cp, dp, pp from the inside out, as Megatron-LM orders them):
 
 - **model state** per GPU: the weights of the largest pipeline stage (L/pp blocks of 12h² + 13h,
-  plus the V·h embedding and the V·h head, each on one end of the pipeline; :func:`params_per_gpu`),
-  split by tp; 16 bytes
-  per parameter with Adam in mixed precision (2 + 2 bf16 weights and gradients, 12 fp32 master
-  weights and moments), the ZeRO stage's share of it split over dp (``costmodel.ZERO_STAGES``);
+  or 4h² + 8h + E·h plus E/ep experts of 8h² + 5h; the V·h embedding and s·h positions on the first
+  stage, the V·h head on the last; :func:`params_per_gpu`), split by tp; 16 bytes per parameter with
+  Adam in mixed precision (2 + 2 bf16 weights and gradients, 12 fp32 master weights and moments),
+  the ZeRO stage's share of it split over the ranks holding the same weights: dp · cp for the dense
+  part (context-parallel ranks hold the same weights), dp · cp / ep for the experts
+  (``costmodel.ZERO_STAGES``);
 - **activations** per GPU, Korthikanti et al. 2022 (Table 2) with sequence parallelism:
-  s·b·h·(34/tp + 5·a·s/(h·tp)) bytes per layer and microbatch of b sequences; a fused (flash)
-  attention keeps no s×s scores, removing the second term; full recomputation keeps 2·s·b·h/tp
+  s·b·h·(15 + 19·k)/tp + 5·a·s²·b/tp bytes per layer and microbatch of b sequences (attention and
+  LayerNorms 15·sbh, the MLP 19·sbh once per expert a token visits: k = 1 for a dense MLP, giving
+  Korthikanti's 34), all ÷ cp (each context-parallel rank holds s/cp tokens); a fused (flash)
+  attention keeps no s×s scores, removing the last term; full recomputation keeps 2·s·b·h/(tp·cp)
   (the layer's input) and one layer's activations while it is recomputed. Under 1F1B the first
   stage holds pp microbatches of its L/pp layers: L layers' worth. Plus the fp32 logits of one
-  microbatch, 4·s·b·V/tp;
-- **time**: the FLOPs (6N + 12·L·s·h per token, ``accounting.train_flops_per_token``; one more
-  forward with full recomputation) at ``efficiency`` × peak; the 1F1B bubble (pp − 1)/m of it,
-  m = B/(dp·b); tensor parallelism's all-reduce-equivalents of s·b·h·2 bytes per layer and
-  microbatch (2 forward, 2 backward, 2 more when recomputing) on NVLink when tp fits in a node;
-  data parallelism's gradient all-reduce (ZeRO-3: 1.5× the bytes) on InfiniBand when its ranks span
-  nodes, not overlapped; one activation send per microbatch and stage boundary each way.
-  The ring algorithm times each collective (``costmodel.ring_allreduce_time``).
+  microbatch, 4·s·b·V/(tp·cp);
+- **time**: the FLOPs (6N + 12·L·s·h per token, N the parameters a token uses,
+  ``accounting.train_flops_per_token``; one more forward with full recomputation) at
+  ``efficiency`` × peak; the 1F1B bubble (pp − 1)/m of it, m = B/(dp·b); per layer and microbatch,
+  tensor parallelism's all-reduce-equivalents of s·b·h·2/cp bytes (2 forward, 2 backward, 2 more
+  when recomputing), context parallelism's ring passing of K and V (an all-gather of 2·s·b·h·2/tp
+  bytes forward, the same again and a reduce-scatter of their gradients backward), expert
+  parallelism's all-to-alls of each rank's k·s·b·h·2/(tp·cp) routed bytes (dispatch and combine,
+  forward and backward); data parallelism's gradient all-reduce (ZeRO-3: a reduce-scatter of the
+  gradients and two all-gathers of the weights per microbatch, 0.5 + m all-reduces' worth), not
+  overlapped; one activation send per microbatch and stage boundary each way. Each group runs on
+  NVLink when its ranks fit in a node, else on InfiniBand. The ring algorithm times each
+  collective (``costmodel.ring_allreduce_time``; an all-gather or reduce-scatter is half of it);
+  an all-to-all sends (ep − 1)/ep of its bytes in ep − 1 messages. Capacity factors, load
+  imbalance between experts and overlap of communication with compute are left out.
 
 MFU = model FLOPs (without recomputation) per second ÷ (n × peak). ``efficiency`` is the fraction of
 peak a GPU reaches on this model's matrix multiplies: an input, not a prediction.
@@ -39,22 +53,44 @@ BYTES_PER_PARAM = costmodel.BYTES_PER_PARAM[("amp", "adam")]   # (weights, gradi
 @dataclass(frozen=True)
 class Transformer:
     """A GPT's shape: ``layers`` blocks of width ``hidden`` with ``heads`` heads, sequences of
-    ``seq`` tokens, a ``vocab``-token vocabulary."""
+    ``seq`` tokens, a ``vocab``-token vocabulary; ``experts`` > 0 makes each MLP a mixture of that
+    many experts (each 8h² + 5h parameters, like the dense MLP), ``top_k`` of them per token."""
 
     layers: int
     hidden: int
     heads: int
     seq: int
     vocab: int
+    experts: int = 0
+    top_k: int = 2
+
+    @property
+    def routed(self) -> int:
+        """Experts each token visits: ``top_k`` with experts, the one dense MLP without."""
+        return self.top_k if self.experts else 1
+
+    def block_params(self) -> tuple[int, int]:
+        """(dense, experts) parameters of one block: attention, LayerNorms and router (or the
+        dense MLP), and all the experts."""
+        h = self.hidden
+        dense = accounting.block_params(h)
+        if not self.experts:
+            return dense, 0
+        mlp = 8 * h * h + 5 * h
+        return dense - mlp + h * self.experts, self.experts * mlp
 
     @property
     def params(self) -> int:
-        return accounting.gpt_params(self.vocab, self.seq, self.layers, self.hidden)["total"]
+        dense_mlp = accounting.block_params(self.hidden) - sum(self.block_params())
+        return accounting.gpt_params(self.vocab, self.seq, self.layers, self.hidden)["total"] - self.layers * dense_mlp
 
     @property
     def flops_per_token(self) -> int:
-        """Training FLOPs per token, without recomputation."""
-        return accounting.train_flops_per_token(self.vocab, self.layers, self.hidden, self.seq)
+        """Training FLOPs per token, without recomputation: 6 per parameter the token uses."""
+        h, extra = self.hidden, 0
+        if self.experts:    # k experts' MLPs instead of one, and the router's h·E
+            extra = 6 * self.layers * ((self.top_k - 1) * 8 * h * h + h * self.experts)
+        return accounting.train_flops_per_token(self.vocab, self.layers, h, self.seq) + extra
 
 
 @dataclass(frozen=True)
@@ -91,12 +127,16 @@ MEGATRON_2021 = [
 
 @dataclass(frozen=True)
 class Layout:
-    """``dp × tp × pp`` GPUs; ``zero`` stage over dp; ``recompute`` "none" or "full"; ``microbatch``
+    """``dp × tp × pp × cp`` GPUs (cp: context parallel, each sequence split over cp ranks); ``ep``
+    expert-parallel ranks (carved out of dp × cp, each holding experts/ep experts); ``zero`` stage
+    over the ranks holding the same weights; ``recompute`` "none" or "full"; ``microbatch``
     sequences per microbatch; ``flash``: a fused attention kernel (no s×s scores kept)."""
 
     dp: int
     tp: int = 1
     pp: int = 1
+    cp: int = 1
+    ep: int = 1
     zero: int = 1
     recompute: str = "none"
     microbatch: int = 1
@@ -125,13 +165,19 @@ class Prediction:
 
 def _check(model: Transformer, layout: Layout, global_batch: int, cluster: Cluster) -> str | None:
     """Why ``layout`` cannot run this model on this cluster, or None."""
-    n = layout.dp * layout.tp * layout.pp
+    n = layout.dp * layout.tp * layout.pp * layout.cp
     if n != cluster.gpus:
-        return f"dp·tp·pp = {n}, not the cluster's {cluster.gpus} GPUs"
+        return f"dp·tp·pp·cp = {n}, not the cluster's {cluster.gpus} GPUs"
     if model.heads % layout.tp:
         return f"{model.heads} heads do not split over tp={layout.tp}"
     if layout.tp > cluster.gpus_per_node:
         return f"tp={layout.tp} spans nodes: its all-reduces would cross InfiniBand every layer"
+    if model.seq % (2 * layout.cp) and layout.cp > 1:
+        return f"a sequence of {model.seq} does not split into 2·cp={2 * layout.cp} chunks (load-balanced ring)"
+    if layout.ep > 1 and not model.experts:
+        return f"ep={layout.ep} needs experts; this model's MLPs are dense"
+    if model.experts and (model.experts % layout.ep or (layout.dp * layout.cp) % layout.ep):
+        return f"{model.experts} experts over ep={layout.ep}: ep must divide the experts and dp·cp"
     if model.layers % layout.pp:
         return f"{model.layers} layers do not split into pp={layout.pp} stages"
     if global_batch % (layout.dp * layout.microbatch):
@@ -143,47 +189,68 @@ def _check(model: Transformer, layout: Layout, global_batch: int, cluster: Clust
     return None
 
 
-def params_per_gpu(model: Transformer, layout: Layout) -> float:
-    """Parameters one GPU of the busiest (first) pipeline stage holds, before ZeRO: its L/pp blocks, the
-    V·h token and s·h position embeddings, and the V·h head too when pp = 1; all split by tp (the
-    embedding and head by vocabulary, as Megatron-LM does)."""
+def stage_params(model: Transformer, layout: Layout) -> tuple[float, float]:
+    """(dense, experts) parameters one GPU of the busiest (first) pipeline stage holds, before ZeRO:
+    its L/pp blocks (of the experts, E/ep), the V·h token and s·h position embeddings, and the V·h
+    head too when pp = 1; all split by tp (the embedding and head by vocabulary, as Megatron-LM
+    does)."""
+    dense_block, experts_block = model.block_params()
     ends = 2 if layout.pp == 1 else 1                 # embedding and head on one GPU, or one on each end
-    blocks = model.layers // layout.pp * accounting.block_params(model.hidden)
-    return (blocks + ends * model.vocab * model.hidden + model.seq * model.hidden) / layout.tp
+    blocks = model.layers // layout.pp
+    dense = blocks * dense_block + ends * model.vocab * model.hidden + model.seq * model.hidden
+    return dense / layout.tp, blocks * experts_block / layout.ep / layout.tp
+
+
+def params_per_gpu(model: Transformer, layout: Layout) -> float:
+    """Parameters one GPU of the busiest pipeline stage holds before ZeRO (:func:`stage_params`)."""
+    return sum(stage_params(model, layout))
 
 
 def memory(model: Transformer, layout: Layout) -> dict[str, float]:
     """Bytes on the busiest GPU (the first pipeline stage): model state and activations."""
-    L, h, a, s, V, b, t = model.layers, model.hidden, model.heads, model.seq, model.vocab, layout.microbatch, layout.tp
-    params = params_per_gpu(model, layout)
+    L, h, a, s, V, b = model.layers, model.hidden, model.heads, model.seq, model.vocab, layout.microbatch
+    split = layout.tp * layout.cp                     # activations: heads (or sequence, SP) × context
+    dense, experts = stage_params(model, layout)
+    replicas = layout.dp * layout.cp                  # ranks holding the same dense weights
     sharded = costmodel.ZERO_STAGES[layout.zero]
-    state = {name: params * nbytes / (layout.dp if split else 1)
-             for name, nbytes, split in zip(("weights", "gradients", "optimizer"), BYTES_PER_PARAM, sharded)}
-    whole_layer = s * b * h * 34 / t + (0 if layout.flash else 5 * a * s * s * b / t)
+    state = {name: (dense / (replicas if cut else 1) + experts / (replicas // layout.ep if cut else 1)) * nbytes
+             for name, nbytes, cut in zip(("weights", "gradients", "optimizer"), BYTES_PER_PARAM, sharded)}
+    whole_layer = s * b * h * (15 + 19 * model.routed) / split + (0 if layout.flash else 5 * a * s * s * b / split)
     if layout.recompute == "full":      # the layers' inputs, and one layer recomputed at a time
-        kept = L * 2 * s * b * h / t + whole_layer
+        kept = L * 2 * s * b * h / split + whole_layer
     else:
         kept = L * whole_layer
-    return {**state, "activations": kept, "logits": 4 * s * b * V / t}
+    return {**state, "activations": kept, "logits": 4 * s * b * V / split}
 
 
 def step_time(model: Transformer, layout: Layout, global_batch: int, cluster: Cluster,
               efficiency: float) -> dict[str, float]:
-    """Seconds of one step by part: compute, bubble, tensor-, data- and pipeline-parallel traffic."""
-    L, h, s, b, t, p, d = model.layers, model.hidden, model.seq, layout.microbatch, layout.tp, layout.pp, layout.dp
+    """Seconds of one step by part: compute, bubble, and the traffic of each kind of parallelism."""
+    L, h, s, b, k = model.layers, model.hidden, model.seq, layout.microbatch, model.routed
+    t, p, d, c, e = layout.tp, layout.pp, layout.dp, layout.cp, layout.ep
     n, m = cluster.gpus, global_batch // (d * b)
     passes = 4 / 3 if layout.recompute == "full" else 1.0            # one more forward of the blocks
     compute = model.flops_per_token * global_batch * s * passes / n / (efficiency * cluster.peak_tflops * 1e12)
     link = lambda inside: (cluster.nvlink_gbps if inside else cluster.ib_gbps) * 1e9  # noqa: E731
     ring = lambda nbytes, ranks, inside: float(costmodel.ring_allreduce_time(  # noqa: E731
         nbytes, ranks, cluster.alpha_s, 1 / link(inside))) if ranks > 1 else 0.0
-    per_layer = 6 if layout.recompute == "full" else 4
-    tp = L // p * m * per_layer * ring(s * b * h * 2, t, True)
-    grads = memory(model, Layout(dp=1, tp=t, pp=p))["weights"]          # bf16: the stage's gradient bytes
-    dp = ring(grads * (1.5 if layout.zero == 3 else 1.0), d, t * d <= cluster.gpus_per_node)
-    pp = 2 * m * (cluster.alpha_s + s * b * h * 2 / t / link(False)) if p > 1 else 0.0
+    node = cluster.gpus_per_node
+    layer_passes = L // p * m                                          # (layer, microbatch) pairs per step
+    redo = layout.recompute == "full"
+    tp = layer_passes * (6 if redo else 4) * ring(s * b * h * 2 / c, t, True)
+    cp = layer_passes * (3 if redo else 2) * ring(2 * s * b * h * 2 / t, c, t * c <= node) / 2
+    routed = k * s * b * h * 2 / (t * c)                               # bytes each rank sends to its experts
+    a2a = (e - 1) * cluster.alpha_s + routed * (e - 1) / e / link(t * c * e <= node) if e > 1 else 0.0
+    ep = layer_passes * (6 if redo else 4) * a2a
+    dense, experts = stage_params(model, Layout(dp=1, tp=t, pp=p, ep=e))
+    # ZeRO-3 all-gathers the weights for each microbatch's forward and backward (half an all-reduce
+    # each) and reduce-scatters the gradients once; the other stages all-reduce the gradients once
+    zero3 = 0.5 + m if layout.zero == 3 else 1.0
+    inside = t * c * d <= node
+    dp = zero3 * (ring(2 * dense, d * c, inside) + ring(2 * experts, d * c // e, inside))
+    pp = 2 * m * (cluster.alpha_s + s * b * h * 2 / (t * c) / link(False)) if p > 1 else 0.0
     return {"compute": compute, "bubble": compute * (p - 1) / m, "tensor parallel": tp,
-            "data parallel": dp, "pipeline": pp}
+            "context parallel": cp, "expert parallel": ep, "data parallel": dp, "pipeline": pp}
 
 
 def predict(model: Transformer, layout: Layout, global_batch: int, cluster: Cluster,
@@ -207,16 +274,19 @@ def divisors(n: int) -> list[int]:
 
 def plan(model: Transformer, global_batch: int, cluster: Cluster, efficiency: float = 0.5,
          microbatches: tuple[int, ...] = (1, 2, 4, 8)) -> list[Prediction]:
-    """Every layout of ``cluster.gpus`` GPUs (tp and pp dividing the GPU count, ZeRO 0–3,
-    recomputation or not, each ``microbatches`` size), fastest first; impossible ones last, each
-    with its reason. ``plan(...)[0]`` answers "which layout?" (if its ``reason`` is None)."""
+    """Every layout of ``cluster.gpus`` GPUs (tp, pp and cp dividing the GPU count, ep dividing
+    dp·cp when the model has experts, ZeRO 0–3, recomputation or not, each ``microbatches`` size),
+    fastest first; impossible ones last, each with its reason. ``plan(...)[0]`` answers "which
+    layout?" (if its ``reason`` is None)."""
     results = []
-    for tp, pp in itertools.product(divisors(cluster.gpus), repeat=2):
-        if cluster.gpus % (tp * pp):
+    for tp, pp, cp in itertools.product(divisors(cluster.gpus), repeat=3):
+        if cluster.gpus % (tp * pp * cp):
             continue
-        for zero, recompute, b in itertools.product(range(4), ("none", "full"), microbatches):
-            layout = Layout(dp=cluster.gpus // (tp * pp), tp=tp, pp=pp, zero=zero, recompute=recompute, microbatch=b)
-            results.append(predict(model, layout, global_batch, cluster, efficiency))
+        dp = cluster.gpus // (tp * pp * cp)
+        for ep in divisors(dp * cp) if model.experts else (1,):
+            for zero, recompute, b in itertools.product(range(4), ("none", "full"), microbatches):
+                layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, recompute=recompute, microbatch=b)
+                results.append(predict(model, layout, global_batch, cluster, efficiency))
     return sorted(results, key=lambda r: (r.reason is not None, -r.mfu))
 
 

@@ -39,6 +39,53 @@ def test_a_pipeline_stage_holds_its_blocks_and_one_end():
     assert planner.params_per_gpu(SMALL, layout) == (49_984 + 256 * 64 + 128 * 64) / 2
 
 
+def test_context_parallel_splits_activations_and_keeps_the_weights():
+    """cp ranks hold s/cp tokens of each sequence and the same weights (ZeRO shards over dp·cp)."""
+    one, two = (planner.memory(SMALL, planner.Layout(dp=2, cp=cp, zero=1)) for cp in (1, 2))
+    assert two["activations"] == one["activations"] / 2 and two["logits"] == one["logits"] / 2
+    assert two["weights"] == one["weights"] and two["optimizer"] == one["optimizer"] / 2
+
+
+def test_experts_count_split_over_ep_and_route_top_k():
+    h, moe = 64, planner.Transformer(layers=2, hidden=64, heads=4, seq=128, vocab=256, experts=4, top_k=2)
+    expert, attention = 8 * h * h + 5 * h, 4 * h * h + 8 * h
+    assert moe.block_params() == (attention + 4 * h, 4 * expert)          # router h·E with the dense part
+    assert moe.params == SMALL.params + 2 * (3 * expert + 4 * h)
+    assert moe.flops_per_token == SMALL.flops_per_token + 6 * 2 * (8 * h * h + 4 * h)   # a 2nd expert, router
+    dense, experts = planner.stage_params(moe, planner.Layout(dp=2, ep=2))
+    assert experts == 2 * 4 * expert / 2 and dense == 2 * (attention + 4 * h) + 2 * 256 * h + 128 * h
+    kept = planner.memory(moe, planner.Layout(dp=1))["activations"]
+    assert kept == 2 * 128 * h * (15 + 19 * 2)                            # the MLP's 19·sbh per expert visited
+    split = planner.memory(moe, planner.Layout(dp=4, ep=2, zero=1))["optimizer"]
+    assert split == 12 * (dense / 4 + experts / 2)                         # experts' replicas: dp / ep
+
+
+def test_new_dimensions_cost_time_only_when_used():
+    cluster, moe = planner.Cluster(gpus=4), planner.Transformer(layers=2, hidden=64, heads=4, seq=128, vocab=256,
+                                                                experts=4)
+    plain = planner.step_time(moe, planner.Layout(dp=4), 8, cluster, 0.5)
+    assert plain["context parallel"] == plain["expert parallel"] == 0
+    both = planner.step_time(moe, planner.Layout(dp=2, cp=2, ep=2), 8, cluster, 0.5)
+    assert both["context parallel"] > 0 and both["expert parallel"] > 0
+
+
+def test_zero3_gathers_the_weights_for_every_microbatch():
+    cluster = planner.Cluster(gpus=2)
+    by_m = [planner.step_time(SMALL, planner.Layout(dp=2, zero=z), 2 * m, cluster, 0.5)["data parallel"]
+            for z, m in ((1, 1), (3, 1), (3, 4))]
+    assert by_m[1] == pytest.approx(1.5 * by_m[0]) and by_m[2] == pytest.approx(4.5 * by_m[0])
+
+
+def test_a_long_sequence_needs_its_tokens_split():
+    """128k tokens of a 7B GPT on 64 H100s: without recomputation a GPU holds a sequence's
+    activations only when tp · cp >= 8 splits them; the fastest layout uses context parallelism."""
+    long = planner.Transformer(layers=32, hidden=4096, heads=32, seq=131_072, vocab=32_000)
+    fits = [r for r in planner.plan(long, 64, planner.Cluster(gpus=64, **planner.H100)) if r.reason is None]
+    kept = [r for r in fits if r.layout.recompute == "none"]
+    assert kept and all(r.layout.tp * r.layout.cp >= 8 for r in kept)
+    assert fits[0].layout.cp > 1 and fits[0].layout.recompute == "none"
+
+
 def test_one_gpu_is_all_compute_and_the_bubble_follows_the_formula():
     cluster = planner.Cluster(gpus=1)
     time = planner.step_time(SMALL, planner.Layout(dp=1), 8, cluster, efficiency=0.5)
@@ -55,6 +102,9 @@ def test_one_gpu_is_all_compute_and_the_bubble_follows_the_formula():
     (planner.Layout(dp=4, pp=2, microbatch=1), None),
     (planner.Layout(dp=2, pp=4), "layers do not split"),
     (planner.Layout(dp=4, pp=2, microbatch=4), "microbatches cannot fill pp=2"),
+    (planner.Layout(dp=2, cp=2, pp=2), None),
+    (planner.Layout(dp=4, cp=4), "not the cluster's 8 GPUs"),
+    (planner.Layout(dp=8, ep=2), "needs experts"),
 ])
 def test_impossible_layouts_say_why(layout, reason):
     model = planner.Transformer(layers=6, hidden=64, heads=4, seq=128, vocab=256)

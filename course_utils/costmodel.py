@@ -41,6 +41,22 @@ def ring_allreduce_time(nbytes: float | np.ndarray, n: int, alpha: float, beta: 
     return steps * alpha + steps / n * np.asarray(nbytes, dtype=float) * beta
 
 
+RING_MESSAGES = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1}   # × (n - 1)
+
+
+def collective_time(kind: str, sent_bytes: float, n: int, alpha: float, beta: float) -> float:
+    """Time in seconds of one collective of ``kind`` on ``n`` ranks in which each rank sends
+    ``sent_bytes`` (``commcount.ring_bytes_sent`` gives them from the input): ``alpha`` per message
+    — 2 (n-1) messages for a ring all-reduce, n - 1 for an all-gather, a reduce-scatter or an
+    all-to-all — plus the bytes at ``beta``. With ``sent_bytes = 2 (n-1)/n · nbytes`` an all-reduce
+    is :func:`ring_allreduce_time`."""
+    if kind not in RING_MESSAGES:
+        raise ValueError(f"unknown collective {kind!r}; one of {sorted(RING_MESSAGES)}")
+    if n < 2:
+        return 0.0
+    return RING_MESSAGES[kind] * (n - 1) * alpha + sent_bytes * beta
+
+
 def bus_bandwidth(nbytes: float, seconds: float, n: int) -> tuple[float, float]:
     """(algbw, busbw) in bytes/s for an all-reduce, as nccl-tests defines them.
 

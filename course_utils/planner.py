@@ -32,9 +32,9 @@ ranks ordered tp, cp, dp, pp from the inside out, as Megatron-LM orders them):
   forward and backward); data parallelism's gradient all-reduce (ZeRO-3: a reduce-scatter of the
   gradients and two all-gathers of the weights per microbatch, 0.5 + m all-reduces' worth), not
   overlapped; one activation send per microbatch and stage boundary each way. Each group runs on
-  NVLink when its ranks fit in a node, else on InfiniBand. The ring algorithm times each
-  collective (``costmodel.ring_allreduce_time``; an all-gather or reduce-scatter is half of it);
-  an all-to-all sends (ep − 1)/ep of its bytes in ep − 1 messages. Capacity factors, load
+  NVLink when its ranks fit in a node, else on InfiniBand. The ring α-β model times each
+  collective (``costmodel.collective_time``: an all-reduce of x bytes sends 2(n − 1)/n · x in
+  2(n − 1) messages, an all-gather, reduce-scatter or all-to-all half that). Capacity factors, load
   imbalance between experts and overlap of communication with compute are left out.
 
 MFU = model FLOPs (without recomputation) per second ÷ (n × peak). ``efficiency`` is the fraction of
@@ -81,8 +81,8 @@ class Transformer:
 
     @property
     def params(self) -> int:
-        dense_mlp = accounting.block_params(self.hidden) - sum(self.block_params())
-        return accounting.gpt_params(self.vocab, self.seq, self.layers, self.hidden)["total"] - self.layers * dense_mlp
+        extra = sum(self.block_params()) - accounting.block_params(self.hidden)   # experts past one MLP, router
+        return accounting.gpt_params(self.vocab, self.seq, self.layers, self.hidden)["total"] + self.layers * extra
 
     @property
     def flops_per_token(self) -> int:
@@ -232,16 +232,18 @@ def step_time(model: Transformer, layout: Layout, global_batch: int, cluster: Cl
     passes = 4 / 3 if layout.recompute == "full" else 1.0            # one more forward of the blocks
     compute = model.flops_per_token * global_batch * s * passes / n / (efficiency * cluster.peak_tflops * 1e12)
     link = lambda inside: (cluster.nvlink_gbps if inside else cluster.ib_gbps) * 1e9  # noqa: E731
-    ring = lambda nbytes, ranks, inside: float(costmodel.ring_allreduce_time(  # noqa: E731
-        nbytes, ranks, cluster.alpha_s, 1 / link(inside))) if ranks > 1 else 0.0
+    ring = lambda nbytes, ranks, inside: costmodel.collective_time(  # noqa: E731  # an all-reduce of nbytes
+        "all_reduce", 2 * (ranks - 1) / ranks * nbytes, ranks, cluster.alpha_s, 1 / link(inside))
     node = cluster.gpus_per_node
     layer_passes = L // p * m                                          # (layer, microbatch) pairs per step
     redo = layout.recompute == "full"
     tp = layer_passes * (6 if redo else 4) * ring(s * b * h * 2 / c, t, True)
-    cp = layer_passes * (3 if redo else 2) * ring(2 * s * b * h * 2 / t, c, t * c <= node) / 2
+    kv = 2 * s * b * h * 2 / t                                         # K and V of a whole sequence, bf16
+    cp = layer_passes * (3 if redo else 2) * costmodel.collective_time(
+        "all_gather", kv * (c - 1) / c, c, cluster.alpha_s, 1 / link(t * c <= node))
     routed = k * s * b * h * 2 / (t * c)                               # bytes each rank sends to its experts
-    a2a = (e - 1) * cluster.alpha_s + routed * (e - 1) / e / link(t * c * e <= node) if e > 1 else 0.0
-    ep = layer_passes * (6 if redo else 4) * a2a
+    ep = layer_passes * (6 if redo else 4) * costmodel.collective_time(
+        "all_to_all", routed * (e - 1) / e, e, cluster.alpha_s, 1 / link(t * c * e <= node))
     dense, experts = stage_params(model, Layout(dp=1, tp=t, pp=p, ep=e))
     # ZeRO-3 all-gathers the weights for each microbatch's forward and backward (half an all-reduce
     # each) and reduce-scatters the gradients once; the other stages all-reduce the gradients once

@@ -76,3 +76,20 @@ def test_zero_bytes_per_rank_follows_the_zero_paper():
     for bad in ({"stage": 4}, {"stage": 1, "world_size": 0}, {"stage": 1, "optimizer": "lamb"}):
         with pytest.raises(ValueError):
             cm.zero_bytes_per_rank(1000, **{"world_size": 2, **bad})
+
+
+def test_collective_time_is_the_ring_model_per_kind():
+    """An all-reduce sending 2(n-1)/n of its bytes is ring_allreduce_time; the others send n - 1
+    messages; the kinds are commcount's (which says how many bytes each sends)."""
+    from course_utils import commcount
+
+    x, n, alpha, beta = 1e6, 4, 1e-5, 1e-9
+    assert cm.collective_time("all_reduce", 2 * (n - 1) / n * x, n, alpha, beta) == pytest.approx(
+        float(cm.ring_allreduce_time(x, n, alpha, beta)))
+    for kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert cm.collective_time(kind, 0.0, n, alpha, beta) == pytest.approx((n - 1) * alpha)
+    assert cm.collective_time("all_gather", x, 1, alpha, beta) == 0.0
+    assert set(cm.RING_MESSAGES) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+    assert all(commcount.ring_bytes_sent(kind, 1, n) > 0 for kind in cm.RING_MESSAGES)
+    with pytest.raises(ValueError, match="unknown collective"):
+        cm.collective_time("broadcast", x, n, alpha, beta)

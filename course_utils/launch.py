@@ -134,7 +134,7 @@ def _entry(ref: _WorkerRef, rank: int, world_size: int, args: tuple, kwargs: dic
     os.environ.update(env)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_WORLD_SIZE=str(world_size))
-    status, payload, failed_at = "ok", None, None
+    failed_at = None
     try:
         import torch
         import torch.distributed as dist
@@ -147,20 +147,34 @@ def _entry(ref: _WorkerRef, rank: int, world_size: int, args: tuple, kwargs: dic
                                     timeout=timedelta(seconds=pg_timeout_s))
         try:
             payload = ref.load()(rank, world_size, *args, **kwargs)
+            data = pickle.dumps(payload)  # plain pickle: tensors by value, no shared-memory handles
         except BaseException:
             failed_at = time.time()  # before destroy_process_group() disturbs the peers
-            raise
-        finally:
             if backend is not None and dist.is_initialized():
                 dist.destroy_process_group()
-        data = pickle.dumps(payload)  # plain pickle: tensors by value, no shared-memory handles
+            raise
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the notebook
-        status = "error"
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code is _entry.__code__:
             tb = tb.tb_next  # start the traceback at the worker, not at this wrapper
         text = "".join(traceback.format_exception(type(exc), exc, tb))
-        data = pickle.dumps((type(exc).__name__, str(exc), text, failed_at or time.time()))
+        _send(conn, "error", pickle.dumps((type(exc).__name__, str(exc), text, failed_at or time.time())))
+        return
+    _send(conn, "ok", data)  # the launcher now counts this rank as done
+    if backend is not None and dist.is_initialized():
+        # Leave together: a rank that tears its group down early can close the connections a slower
+        # peer is still setting up (gloo: "connectFullMesh failed ... Connection closed by peer").
+        # A peer that fails instead reports its own error; this rank's result is already sent.
+        try:
+            dist.barrier(**({"device_ids": [torch.cuda.current_device()]} if backend == "nccl" else {}))
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            dist.destroy_process_group()
+
+
+def _send(conn: multiprocessing.connection.Connection, status: str, data: bytes) -> None:
+    """Flush this rank's output, then send (status, data) to the launcher and close the pipe."""
     sys.stdout.flush()
     sys.stderr.flush()
     conn.send_bytes(pickle.dumps((status, data)))

@@ -88,6 +88,15 @@ def test_fork_is_refused():
         launch.run(workers.rank_and_sum, 2, start_method="fork")
 
 
+def test_no_rank_tears_its_group_down_before_every_rank_is_done(tmp_path):
+    """A rank that leaves early can close the connections a slower peer is still setting up (gloo:
+    "connectFullMesh failed ... Connection closed by peer"): the launcher holds each rank at a
+    barrier until all have returned."""
+    assert launch.run(workers.finishes_unevenly, 3, args=(str(tmp_path),), output="none") == [0, 1, 2]
+    last_done = max(float((tmp_path / f"done{r}").read_text()) for r in range(3))
+    assert all(float((tmp_path / f"destroyed{r}").read_text()) >= last_done for r in range(3))
+
+
 def test_worker_exception_is_reraised_with_its_traceback():
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:

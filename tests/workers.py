@@ -179,3 +179,21 @@ def composed_vs_one_process(rank, world_size, layout, schedule=None, n_microbatc
     param_diff = max((full[n] - ref_params[n]).abs().max().item() for n in full)
     per_dim = {dim: [c.kind for c in calls] for dim, calls in composed.by_dimension(seen.calls, mesh).items()}
     return sorted(full), param_diff, (losses, ref_losses) if losses else None, per_dim
+
+
+def finishes_unevenly(rank, world_size, log_dir):
+    """Rank 0 returns at once, the others after a while, without a collective between: the launcher
+    must not tear rank 0's process group down before the others are done with theirs."""
+    import torch.distributed as dist
+
+    original = dist.destroy_process_group
+
+    def destroy_and_record(*args, **kwargs):
+        open(os.path.join(log_dir, f"destroyed{rank}"), "w").write(repr(time.time()))
+        return original(*args, **kwargs)
+
+    dist.destroy_process_group = destroy_and_record    # the launcher looks it up when it tears down
+    if rank:
+        time.sleep(1.0)
+    open(os.path.join(log_dir, f"done{rank}"), "w").write(repr(time.time()))
+    return rank

@@ -4,6 +4,7 @@
     python benchmarks/notebooks.py                # every chapter (~7 min on 2 CPU cores)
     python benchmarks/notebooks.py --torch-only --save DIR   # the GPU reference run: PyTorch chapters,
                                                              # executed copies in DIR
+    python benchmarks/notebooks.py --chapters 14,15          # only those
 
 Runs each notebook with tools/run_notebooks.py's executor without touching the stored outputs, in
 the profile this machine picks (gpu where a GPU is visible, else cpu); ``--save`` keeps each executed
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = _common.parser(__doc__.splitlines()[0])
     parser.add_argument("--torch-only", action="store_true", help="skip the TensorFlow and MXNet chapters")
     parser.add_argument("--save", type=Path, help="folder for the executed copies")
+    parser.add_argument("--chapters", help="only these chapters, by number: 00,04,14 (e.g. those a cut-off run missed)")
     args = parser.parse_args(argv)
     chapters = sorted((_common.ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,6 +55,11 @@ def main(argv: list[str] | None = None) -> dict:
             paths = [p for p in chapters if p.name in QUICK] if args.quick else chapters
         if args.torch_only:
             paths = [p for p in paths if p.name not in NOT_TORCH]
+        if args.chapters:
+            wanted = set(args.chapters.split(","))
+            paths = [p for p in paths if p.name[:2] in wanted]
+            if not paths:
+                parser.error(f"no chapter numbered {args.chapters} (the notebooks are 00_... to 16_...)")
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
         profile = placement.plan(1).profile

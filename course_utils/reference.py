@@ -12,6 +12,7 @@ A file there that was not measured on a GPU is an error, not a reference.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,22 @@ class Reference:
         meta = self.doc["meta"]
         where = f"{self.path.parent.name}/{self.path.name}"
         return f"measured on {self.device}, {self.date}, torch {meta['torch']} (results/{where})"
+
+
+def folder_name(gpus: list[str], date: str) -> str:
+    """The folder a run is committed as: ``gpu-<chip>-<YYYYMMDD>``, ``gpu-<chip>x<n>-...`` for several GPUs.
+
+    ``gpus`` are the names PyTorch reports ("NVIDIA H200", "NVIDIA H100 80GB HBM3": chip h200, h100);
+    ``date`` is ISO (``2026-12-06`` or a timestamp). No GPU: ``rehearsal-cpu-<YYYYMMDD>``, which
+    :func:`latest` never reads.
+    """
+    day = date[:10].replace("-", "")
+    if not gpus:
+        return f"rehearsal-cpu-{day}"
+    name = gpus[0].replace("NVIDIA", "")
+    chip = re.search(r"\b([A-Z]+\d+[A-Za-z]*)\b", name)
+    chip_name = chip.group(1).lower() if chip else re.sub(r"\W+", "-", name.strip()).lower()
+    return f"gpu-{chip_name}{f'x{len(gpus)}' if len(gpus) > 1 else ''}-{day}"
 
 
 def latest(benchmark: str, root: Path | None = None) -> Reference | None:
@@ -149,5 +166,39 @@ def _describe_step_profile(ref: Reference) -> str:
             f"matrix products: {s['matmul_share']:.0%} of it")
 
 
+def _describe_gpt_mfu(ref: Reference) -> str:
+    s = ref.summary
+    lines = [f"GPT of {s['params'] / 1e9:,.2f}B parameters, {s['tokens_per_step']:,d} tokens per step, "
+             f"{s['flops_per_token'] / 1e9:,.1f} GFLOP per token (6N + 12·L·s·h)"]
+    for r in ref.results:
+        if "error" in r:
+            lines.append(f"{r['variant']}: failed ({r['error'][:80]})")
+            continue
+        mfu = f", MFU {r['mfu']:.0%}" if r.get("mfu") is not None else ""
+        memory = f", {r['peak_memory_bytes'] / 1e9:,.1f} GB peak" if r.get("peak_memory_bytes") else ""
+        lines.append(f"{r['variant']}: {r['tokens_per_s']:,.0f} tokens/s, {r['tflops']:,.1f} TFLOP/s{mfu}{memory}")
+    if s.get("best_tokens_per_s") and s.get("planner_step_s"):
+        measured_s = s["tokens_per_step"] / s["best_tokens_per_s"]
+        lines.append(f"planner, one GPU at {s['planner_efficiency']:.0%} of peak: "
+                     f"step {s['planner_step_s'] * 1e3:,.1f} ms (measured best: {measured_s * 1e3:,.1f} ms), "
+                     f"{s['planner_memory_bytes'] / 1e9:,.1f} GB")
+    else:
+        lines.append("planner: no prediction (no bf16 peak known for this device) or nothing measured")
+    return "\n".join(lines)
+
+
 _DESCRIBE = {"device": _describe_device, "amp": _describe_amp, "allreduce": _describe_allreduce,
-             "step_profile": _describe_step_profile}
+             "step_profile": _describe_step_profile, "gpt_mfu": _describe_gpt_mfu}
+
+
+def _folder_name_here() -> str:
+    """:func:`folder_name` for the GPUs this process sees, today (UTC)."""
+    import datetime
+
+    from . import hardware
+
+    return folder_name(hardware.gpus(), datetime.datetime.now(datetime.UTC).isoformat())
+
+
+if __name__ == "__main__":  # python -m course_utils.reference: the folder a run here would be filed as
+    print(_folder_name_here())

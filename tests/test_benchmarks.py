@@ -19,6 +19,7 @@ ROW_KEYS = {
     "amp": {"kind", "dtype"},
     "device": {"kind"},
     "step_profile": {"op", "self_s", "calls", "share"},
+    "gpt_mfu": {"variant", "seconds", "tokens", "tokens_per_s", "tflops", "peak_memory_bytes"},
     "notebooks": {"notebook", "profile", "seconds", "peak_bytes"},
 }
 SUMMARY_KEYS = {
@@ -27,6 +28,7 @@ SUMMARY_KEYS = {
     "amp": {"bf16_speedup", "peak_source", "best_fp32_tflops"},
     "device": {"device", "best_fp32_gflops", "copy_Bps"},
     "step_profile": {"device", "step_s", "grad_bytes", "matmul_share", "top_ops"},
+    "gpt_mfu": {"params", "flops_per_token", "best_tokens_per_s", "best_mfu", "planner_step_s", "failed"},
     "notebooks": {"notebooks", "failed", "total_s", "max_peak_bytes", "over_1_5_GB"},
 }
 
@@ -41,7 +43,7 @@ def test_tiny_run_writes_valid_json(name, tmp_path):
     assert doc["benchmark"] == name and doc["quick"] is True
     assert all(ROW_KEYS[name] <= row.keys() for row in doc["results"])
     assert SUMMARY_KEYS[name] <= doc["summary"].keys()
-    if name in ("device", "amp", "allreduce", "step_profile"):   # what a chapter quotes reads any run
+    if name in ("device", "amp", "allreduce", "step_profile", "gpt_mfu"):   # what a chapter quotes reads any run
         assert reference.describe(reference.Reference(tmp_path / f"{name}.json", doc))
     numbers = [v for row in doc["results"] for k, v in row.items() if k.endswith(("_s", "seconds", "_Bps"))]
     assert numbers and all(isinstance(v, float) and v >= 0 for v in numbers)
@@ -58,3 +60,9 @@ def test_quick_is_the_documented_flag():
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--help"],
                              capture_output=True, text=True, timeout=60).stdout
         assert "--quick" in out and "--out" in out
+
+
+def test_a_chapter_that_does_not_exist_is_named_in_the_error(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "notebooks.py"), "--chapters", "99",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no chapter numbered 99" in proc.stderr

@@ -51,6 +51,18 @@ def test_a_cpu_run_filed_as_gpu_reference_is_an_error(tmp_path, device, gpus):
         reference.latest("amp", root=tmp_path)
 
 
+@pytest.mark.parametrize("gpus,name", [
+    (["NVIDIA H200"], "gpu-h200-20261206"),
+    (["NVIDIA H100 80GB HBM3"], "gpu-h100-20261206"),
+    (["NVIDIA A100-SXM4-80GB"] * 8, "gpu-a100x8-20261206"),
+    (["Tesla T4"], "gpu-t4-20261206"),
+    (["NVIDIA GeForce RTX 4090"], "gpu-geforce-rtx-4090-20261206"),
+    ([], "rehearsal-cpu-20261206"),
+])
+def test_a_run_is_filed_under_its_chip_and_day(gpus, name):
+    assert reference.folder_name(gpus, "2026-12-06T20:15:00+00:00") == name
+
+
 def test_the_repository_holds_only_real_gpu_runs():
     """Whatever results/gpu-*/ holds was measured on a GPU (reading it raises otherwise)."""
     for path in reference.RESULTS.glob("gpu-*/*.json"):

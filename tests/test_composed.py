@@ -108,3 +108,26 @@ def test_too_few_microbatches_is_refused_before_it_hangs():
     with pytest.raises(launch.WorkerError, match="needs at least 2 microbatches, got 1"):
         launch.run(workers.composed_vs_one_process, 2, args=(composed.Layout(pp=2), "Schedule1F1B"),
                    kwargs={"n_microbatches": 1}, output="none")
+
+
+@pytest.mark.parametrize("version,backend,refused", [
+    ("2.11.0+cu130", "gloo", True), ("2.13.0", "gloo", False), ("2.11.0", "nccl", False)])
+def test_v_schedules_over_gloo_on_an_old_torch_say_why_they_would_fail(monkeypatch, version, backend, refused):
+    """torch 2.11's pipeline warm-up sends a tensor to its own rank, which gloo cannot do."""
+    import types
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.pipelining as pipelining
+
+    monkeypatch.setattr(torch, "__version__", version)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: backend)
+    stage = types.SimpleNamespace(group_size=2, num_stages=4, group=None)
+    built = []
+    monkeypatch.setattr(pipelining, "ScheduleZBVZeroBubble", lambda *a, **k: built.append(a))
+    if refused:
+        with pytest.raises(RuntimeError, match="needs a torch newer than 2.11.0.*Pair is not connected"):
+            composed.make_schedule("ScheduleZBVZeroBubble", [stage, stage], 4, loss_fn=None)
+    else:
+        composed.make_schedule("ScheduleZBVZeroBubble", [stage, stage], 4, loss_fn=None)
+        assert built

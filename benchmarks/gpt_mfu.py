@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
                             {"variant": "{}", "ms": "{:.1f}", "tokens_per_s": "{:,.0f}", "tflops": "{:.1f}",
                              "mfu": "{:.1%}", "GB": "{:.1f}"}))
     print(f"planner.predict, one GPU at efficiency {PLANNER_EFFICIENCY}: step {predicted.step_s * 1e3:.1f} ms, "
-          f"memory {predicted.memory_gb:.1f} GB" if predicted else "planner.predict: no bf16 peak known here, no prediction")
+          f"memory {predicted.memory_gb:.1f} GB" if predicted else "planner.predict: no bf16 peak known, no prediction")
     best = min(done, key=lambda r: r["seconds"]) if done else None
     summary = {"device": device, "params": shape.params, "tokens_per_step": batch * seq,
                "flops_per_token": shape.flops_per_token, "peak_bf16_tflops": peak_tflops,

@@ -9,13 +9,16 @@
 Runs each notebook with tools/run_notebooks.py's executor without touching the stored outputs, in
 the profile this machine picks (gpu where a GPU is visible, else cpu); ``--save`` keeps each executed
 copy (up to the failing cell where one fails). A chapter that fails is recorded with its error and
-the run goes on. Peak memory is the largest sum of PSS over the kernel and every process it
+the run goes on; one stopped by the caller's deadline (``--budget-s``) is recorded as cut off, the
+chapters after it as not run. Peak memory is the largest sum of PSS over the kernel and every process it
 started, sampled every 0.1 s.
 """
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import _common
@@ -41,11 +44,16 @@ def tiny_notebook(folder: Path) -> Path:
     return path
 
 
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = _common.parser(__doc__.splitlines()[0])
     parser.add_argument("--torch-only", action="store_true", help="skip the TensorFlow and MXNet chapters")
     parser.add_argument("--save", type=Path, help="folder for the executed copies")
     parser.add_argument("--chapters", help="only these chapters, by number: 00,04,14 (e.g. those a cut-off run missed)")
+    parser.add_argument("--budget-s", type=float, default=float(os.environ.get("STEP_LIMIT_S", "inf")),
+                        help="when the caller stops this run (gpu_reference.sh's timeout sets STEP_LIMIT_S): a "
+                             "chapter failing then is recorded as cut off, not failed, and none starts after it")
     args = parser.parse_args(argv)
     chapters = sorted((_common.ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,22 +71,36 @@ def main(argv: list[str] | None = None) -> dict:
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
         profile = placement.plan(1).profile
-        rows = []
-        for path in paths:
+        rows: list[dict] = []
+        started = time.monotonic()
+
+        def out_of_time() -> bool:
+            """The caller's deadline has come (its SIGTERM reaches the kernel too: the chapter then fails)."""
+            return time.monotonic() - started >= args.budget_s - 2
+
+        for i, path in enumerate(paths):
             row = {"notebook": path.name, "profile": profile}
             try:
                 row["seconds"], row["peak_bytes"] = run_notebooks.execute(
                     path, write=False, profile=profile, save_as=args.save / path.name if args.save else None)
             except Exception as exc:  # a failing chapter is a result; the others still run
                 row.update(seconds=0.0, peak_bytes=0, error=f"{type(exc).__name__}: {str(exc).strip()[-300:]}")
+            if "error" in row and out_of_time():
+                row.update(cut_off=True, error="cut off: the run's time budget ended during this chapter")
             rows.append(row)
-            print(f"{path.name}: " + (f"FAILED {row['error']}" if "error" in row
-                                     else f"{row['seconds']:.1f} s, peak {row['peak_bytes'] / 1e6:,.0f} MB"), flush=True)
-            summary = {"notebooks": len(rows), "failed": [r["notebook"] for r in rows if "error" in r],
+            done = f"{row['seconds']:.1f} s, peak {row['peak_bytes'] / 1e6:,.0f} MB"
+            print(f"{path.name}: " + (row["error"] if "cut_off" in row else f"FAILED {row['error']}"
+                                      if "error" in row else done), flush=True)
+            summary = {"notebooks": len(rows),
+                       "failed": [r["notebook"] for r in rows if "error" in r and "cut_off" not in r],
+                       "cut_off": [r["notebook"] for r in rows if "cut_off" in r],
+                       "not_run": [p.name for p in paths[i + 1:]],
                        "total_s": sum(r["seconds"] for r in rows),
                        "max_peak_bytes": max(r["peak_bytes"] for r in rows),
                        "over_1_5_GB": [r["notebook"] for r in rows if r["peak_bytes"] > 1.5e9]}
             _common.write("notebooks", args, rows, summary)  # after each: a cut-off run keeps what it measured
+            if out_of_time():
+                break
     return summary
 
 

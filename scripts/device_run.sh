@@ -29,8 +29,15 @@ tar -C "$stage" -czf "$OUT/$name.tar.gz" "$name"
 cp "$stage/$name/log.txt" "$OUT/log.txt"
 "$PY" - "$stage/$name" > "$OUT/summaries.txt" <<'PY'
 import json, sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
-for path in sorted(Path(sys.argv[1]).glob("*.json")):
+folder = Path(sys.argv[1])
+if (folder / "gpu_tests.xml").exists():
+    suite = ET.parse(folder / "gpu_tests.xml").getroot().find("testsuite")
+    failed = [case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None
+              or case.find("error") is not None]
+    print(f"gpu_tests.xml {suite.get('tests')} tests, {suite.get('skipped')} skipped, failed: {failed or 'none'}")
+for path in sorted(folder.glob("*.json")):
     print(path.name, json.dumps(json.loads(path.read_text())["summary"]))
 PY
 cat "$OUT/summaries.txt"

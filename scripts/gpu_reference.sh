@@ -11,7 +11,8 @@
 #
 # Needs PyTorch on a machine with a CUDA GPU (the course's .venv, or PY=python3 with torch, numpy,
 # matplotlib, nbclient and ipykernel: the chapters run only where Jupyter's packages are). Writes
-# OUT/{device,allreduce,ddp_scaling,amp,step_profile,gpt_mfu,notebooks}.json, the executed PyTorch chapters
+# OUT/gpu_tests.xml (tests/gpu: the course's code checked on the GPU), OUT/{device,allreduce,
+# ddp_scaling,amp,step_profile,gpt_mfu,notebooks}.json, the executed PyTorch chapters
 # in OUT/chapters/, OUT/nvidia-smi.txt, OUT/versions.txt and OUT/log.txt. Commit OUT as
 # results/gpu-<device>-YYYYMMDD/ (e.g. gpu-h200-20261205): course_utils.reference reads it, and
 # chapters 00, 01, 04, 12 and 13 show those numbers beside the ones they measure.
@@ -54,11 +55,12 @@ step() {  # step LIMIT_S NAME COMMAND...: at most LIMIT_S, and never past the de
   fi
   echo "== $name (limit ${limit}s)" | tee -a "$LOG"
   local start=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1
+  STEP_LIMIT_S=$limit timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1   # notebooks.py reads STEP_LIMIT_S
   local rc=$?
   echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
   [ "$rc" -eq 0 ] || failed=1
 }
+step 90  gpu_tests    "$PY" -m pytest tests/gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml"
 step 45  device       "$PY" benchmarks/device.py "${SIZE[@]}" --out "$OUT"
 step 60  allreduce    "$PY" benchmarks/allreduce.py "${SIZE[@]}" --out "$OUT"
 step 60  ddp_scaling  "$PY" benchmarks/ddp_scaling.py "${SIZE[@]}" --out "$OUT"

@@ -1,6 +1,7 @@
 """benchmarks/*.py: a tiny run of each writes JSON that matches benchmarks/schema.json and carries the
 fields the chapters and the README read. (Timings are only checked to be positive numbers.)"""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,7 @@ SUMMARY_KEYS = {
     "device": {"device", "best_fp32_gflops", "copy_Bps"},
     "step_profile": {"device", "step_s", "grad_bytes", "matmul_share", "top_ops"},
     "gpt_mfu": {"params", "flops_per_token", "best_tokens_per_s", "best_mfu", "planner_step_s", "failed"},
-    "notebooks": {"notebooks", "failed", "total_s", "max_peak_bytes", "over_1_5_GB"},
+    "notebooks": {"notebooks", "failed", "cut_off", "not_run", "total_s", "max_peak_bytes", "over_1_5_GB"},
 }
 
 
@@ -66,3 +67,14 @@ def test_a_chapter_that_does_not_exist_is_named_in_the_error(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "notebooks.py"), "--chapters", "99",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "no chapter numbered 99" in proc.stderr
+
+
+def test_a_deadline_cuts_a_chapter_off_without_calling_it_failed(tmp_path):
+    """gpu_reference.sh runs each step under `timeout LIMIT` with STEP_LIMIT_S=LIMIT: the SIGTERM reaches
+    the chapter's kernel too; the chapter in progress is recorded as cut off, the rest as not run."""
+    proc = subprocess.run(["timeout", "--kill-after=10", "8", sys.executable, str(ROOT / "benchmarks" / "notebooks.py"),
+                           "--chapters", "01,02", "--out", str(tmp_path)], capture_output=True, text=True, timeout=90,
+                          env={**os.environ, "COURSE_PROFILE": "cpu", "STEP_LIMIT_S": "8"})
+    summary = json.loads((tmp_path / "notebooks.json").read_text())["summary"]   # chapter 01 takes ~15 s
+    assert summary["cut_off"] == ["01_why_parallel.ipynb"], proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert summary["not_run"] == ["02_data_parallel_from_scratch.ipynb"] and summary["failed"] == []

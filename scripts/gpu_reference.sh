@@ -55,7 +55,7 @@ step() {  # step LIMIT_S NAME COMMAND...: at most LIMIT_S, and never past the de
   fi
   echo "== $name (limit ${limit}s)" | tee -a "$LOG"
   local start=$SECONDS
-  STEP_LIMIT_S=$limit timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1   # notebooks.py reads STEP_LIMIT_S
+  STEP_DEADLINE=$(($(date +%s) + limit)) timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1  # notebooks.py reads it
   local rc=$?
   echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
   [ "$rc" -eq 0 ] || failed=1

@@ -44,8 +44,6 @@ def tiny_notebook(folder: Path) -> Path:
     return path
 
 
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = _common.parser(__doc__.splitlines()[0])
     parser.add_argument("--torch-only", action="store_true", help="skip the TensorFlow and MXNet chapters")
@@ -72,6 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.save.mkdir(parents=True, exist_ok=True)
         profile = placement.plan(1).profile
         rows: list[dict] = []
+
         def out_of_time() -> bool:
             """The caller's deadline has come (its SIGTERM reaches the kernel too: the chapter then fails)."""
             return time.time() >= args.deadline - 2

@@ -14,7 +14,7 @@
 # OUT/gpu_tests.xml (tests/gpu: the course's code checked on the GPU), OUT/{device,allreduce,
 # ddp_scaling,amp,step_profile,gpt_mfu,notebooks}.json, the executed PyTorch chapters
 # in OUT/chapters/, OUT/nvidia-smi.txt, OUT/versions.txt and OUT/log.txt. Commit OUT as
-# results/gpu-<device>-YYYYMMDD/ (e.g. gpu-h200-20261205): course_utils.reference reads it, and
+# results/gpu-<chip>-YYYYMMDD/ (e.g. gpu-h200-20261205; device_run.sh names and packs it): course_utils.reference reads it, and
 # chapters 00, 01, 04, 12 and 13 show those numbers beside the ones they measure.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -186,6 +186,7 @@ def make_schedule(schedule: str, stages: list, n_microbatches: int, loss_fn):
     fewer than stages."""
     import torch.distributed as dist
     import torch.distributed.pipelining as pipelining
+    from torch.torch_version import TorchVersion
 
     stage_ids(schedule, 0, 1)   # a known name
     n_ranks = stages[0].group_size
@@ -195,19 +196,14 @@ def make_schedule(schedule: str, stages: list, n_microbatches: int, loss_fn):
         raise ValueError(f"{schedule} on {n_ranks} pipeline ranks ({n_stages} stages) needs at least {need} "
                          f"microbatches, got {n_microbatches}: with fewer it waits forever for a microbatch "
                          f"that never comes")
-    if schedule in V_SHAPED and _torch_version() < (2, 12) and dist.get_backend(stages[0].group) == "gloo":
+    old_torch = TorchVersion(torch.__version__) < (2, 12)
+    if schedule in V_SHAPED and old_torch and dist.get_backend(stages[0].group) == "gloo":
         raise RuntimeError(f"{schedule} over gloo needs a torch newer than {torch.__version__}: up to 2.11 the "
                            "pipeline's warm-up sends a tensor from the middle stage to the next one on the same "
                            "rank, which gloo cannot do ('Pair is not connected'); use the course's torch 2.13 "
                            "or NCCL (one GPU per rank)")
     cls = getattr(pipelining, schedule)
     return cls(stages[0] if schedule in ONE_STAGE else stages, n_microbatches=n_microbatches, loss_fn=loss_fn)
-
-
-def _torch_version() -> tuple[int, int]:
-    """(major, minor) of the installed torch: "2.11.0+cu130" -> (2, 11)."""
-    major, minor = torch.__version__.split(".")[:2]
-    return int(major), int(minor)
 
 
 def pipeline_step(schedule, stages: list, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,16 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import placement, quiet
+from .ports import LOCALHOST, free_port  # noqa: F401 - re-exported: the launchers' ports
 from .progress import Waiting
-
-LOCALHOST = "127.0.0.1"
-
-
-def free_port(host: str = LOCALHOST) -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]:

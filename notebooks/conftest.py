@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from course_utils import kernels
 from course_utils.scripts import descendants, process_table
 
 ROOT = str(Path(__file__).resolve().parents[1])
 _before: set[int] = set()
+# nbval's kernels talk over Unix sockets (no ports to race for) and, if one dies, its stderr and exit
+# status are in the report: course_utils/kernels.py
+kernels.use_for_every_kernel()
 
 
 def _is_xdist_worker(session) -> bool:

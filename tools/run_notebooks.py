@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from course_utils import hardware
+from course_utils import hardware, kernels
 from course_utils.scripts import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,6 +137,7 @@ if __name__ == "__main__":
     parser.add_argument("--readme", action="store_true", help="rewrite README.md's resource table")
     parser.add_argument("--verbose", action="store_true", help="list the processes running at each peak")
     args = parser.parse_args()
+    kernels.use_for_every_kernel()  # Unix sockets, no ports to race for; a kernel that dies says why
     measured = {}
     for nb_path in args.notebooks:
         seconds, peak = execute(nb_path, verbose=args.verbose)

@@ -33,7 +33,7 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     if _is_xdist_worker(session):
         return
-    deadline = time.monotonic() + 10       # kernels and their children get a moment to exit
+    deadline = time.monotonic() + 30       # kernels and their children get time to exit on a loaded machine
     while True:
         orphans = {pid: cmd for pid, (parent, cmd) in process_table().items()
                    if parent == 1 and pid not in _before and ROOT in cmd}

@@ -137,6 +137,9 @@ def test_jupyterlab_runs_chapter_00_in_chromium(tmp_path, chromium):
                 page = browser.new_page(viewport={"width": 1280, "height": 1000})
                 page.goto(f"{base}/lab/tree/notebooks/{CHAPTER}?token={token}")
                 page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+                # its kernel was started by the course's provisioner (tests/conftest.py): Unix sockets
+                (connection,) = (tmp_path / "runtime").glob("kernel-*.json")
+                assert json.loads(connection.read_text())["transport"] == "ipc"
                 page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all')")
                 page.wait_for_function(ALL_RUN, timeout=RUN_TIMEOUT_S * 1000, polling=500)
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from course_utils import kernels
+
 OTTER = Path(sys.executable).with_name("otter")
 
 
@@ -34,6 +36,7 @@ def build(source: Path, dest: Path, run_tests: bool = True) -> Path:
 
 
 def main(src: str = "exercises", dest: str = "dist") -> None:
+    kernels.use_for_every_kernel()  # otter assign's kernels on Unix sockets (course_utils/kernels.py)
     sources = sorted(Path(src).glob("[0-9]*.ipynb"))
     if not sources:
         raise SystemExit(f"no exercise notebooks in {src}/")

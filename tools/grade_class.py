@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from course_utils import kernels  # noqa: E402
 from course_utils.scripts import CommandError, run_command  # noqa: E402
 
 OTTER = Path(sys.executable).with_name("otter")
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per submission")
     args = parser.parse_args(argv)
+    kernels.use_for_every_kernel()  # otter's kernels on Unix sockets: two gradings never race for a port
     out = args.out or args.csv.with_suffix("")
     rows = grade_folder(args.autograder, args.submissions, args.csv, out, jobs=args.jobs, timeout_s=args.timeout)
     failed = [r["submission"] for r in rows if r["error"]]

@@ -15,6 +15,8 @@ is started. It
 - writes the kernel's stderr to a file in that folder and, when the kernel dies without having
   been asked to stop, prints to the caller's stderr its exit status, its last stderr lines and the
   sockets it was given (:meth:`CourseProvisioner.death_report`), so a test report shows the cause.
+  (A kernel that lives keeps its stderr to itself: ipykernel sends what cells print to the
+  notebook; only its own log lines, and a C library's, went to the terminal before.)
 
 It is registered as ``course-ipc`` (pyproject.toml). Every test tier makes it the default for the
 kernels it starts, by nbval, nbclient, otter or JupyterLab, with :func:`use_for_every_kernel`.
@@ -27,8 +29,8 @@ import signal
 import sys
 import tempfile
 import time
+import weakref
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
@@ -69,21 +71,22 @@ class CourseProvisioner(LocalProvisioner):
     reported: bool = False
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        """Switch the kernel manager to the ipc transport, with its sockets in a new folder."""
+        """Give the kernel a new private folder and, for ipc, put its sockets there."""
         km = self.parent
         if self.folder is None:  # a restart keeps its folder and connection file
-            self.folder = tempfile.mkdtemp(prefix="course-kernel-")  # mode 0700: this user's only
-        if km is not None and self.transport == "ipc" and km.transport != "ipc":
-            km.transport = "ipc"
-            km.cache_ports = False  # TCP-port bookkeeping: nothing to cache
-            km.ip = os.path.join(self.folder, "k")  # sockets k-1 ... k-5; short (a socket path has ~100 bytes)
-            for channel in CHANNELS:
-                setattr(km, f"{channel}_port", 0)  # ipc "ports" are suffixes, picked in the new folder
+            self.folder = _private_folder()
+            weakref.finalize(self, shutil.rmtree, self.folder, True)  # also if nobody calls cleanup()
+            if km is not None and self.transport == "ipc":
+                km.transport = "ipc"
+                km.cache_ports = False  # TCP-port bookkeeping: nothing to cache
+                km.ip = os.path.join(self.folder, "k")  # the sockets are k-1 ... k-5
+                for channel in CHANNELS:
+                    setattr(km, f"{channel}_port", 0)  # ipc "ports" are suffixes, picked in the new folder
         return await super().pre_launch(**kwargs)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         """Start the kernel with its stderr in ``folder/stderr.log`` (whatever the caller asked for)."""
-        self.stderr_path = os.path.join(self.folder or "", "stderr.log")
+        self.stderr_path = os.path.join(self.folder or _private_folder(), "stderr.log")
         self.stopping = self.reported = False
         self.started, self.command = time.monotonic(), list(cmd)
         with open(self.stderr_path, "wb") as stderr:
@@ -92,9 +95,13 @@ class CourseProvisioner(LocalProvisioner):
     async def poll(self) -> int | None:
         """The exit status, or None while the kernel runs; an unexpected death is reported once."""
         status = await super().poll()
-        if status is not None and not self.stopping and not self.reported:
+        if status is not None and self.process is not None and not self.stopping and not self.reported:
             self.reported = True
-            print(self.death_report(status), file=sys.stderr, flush=True)
+            try:
+                report = self.death_report(status)
+            except Exception as exc:  # noqa: BLE001 - the report must never break is_alive()
+                report = f"The Jupyter kernel (pid {self.pid}) {describe_exit(status)} ({exc!r} while reporting it)"
+            print(report, file=sys.stderr, flush=True)
         return status
 
     async def shutdown_requested(self, restart: bool = False) -> None:
@@ -122,7 +129,9 @@ class CourseProvisioner(LocalProvisioner):
         sep = "-" if info.get("transport") == "ipc" else ":"  # ipc: socket files k-1 ...; tcp: ip:port
         sockets = ", ".join(f"{c} {info.get('ip')}{sep}{info.get(c + '_port')}" for c in CHANNELS)
         try:
-            tail = Path(self.stderr_path or "").read_text(errors="replace").rstrip().splitlines()[-lines:]
+            with open(self.stderr_path or "", "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 64_000))  # the end of a long log is enough
+                tail = f.read().decode(errors="replace").rstrip().splitlines()[-lines:]
         except OSError:
             tail = []
         stderr = "\n".join("  | " + line for line in tail) if tail else "  (it wrote nothing to stderr)"
@@ -137,6 +146,19 @@ def describe_exit(status: int) -> str:
     """``"exited with status 1"``, or ``"was killed by SIGKILL (...)"`` for a negative status."""
     if status >= 0:
         return f"exited with status {status}"
-    name = signal.Signals(-status).name
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:  # a real-time signal has a number, not a name
+        name = f"signal {-status}"
     why = " (the out-of-memory killer sends this)" if name == "SIGKILL" else ""
     return f"was killed by {name}{why}"
+
+
+def _private_folder() -> str:
+    """A new folder only this user can enter (mkdtemp: mode 0700), with a short path: a Unix
+    socket's path has room for about 100 bytes, and a long $TMPDIR (macOS's) can fill it."""
+    folder = tempfile.mkdtemp(prefix="course-kernel-")
+    if len(folder) > 80 and os.path.isdir("/tmp"):
+        os.rmdir(folder)
+        folder = tempfile.mkdtemp(prefix="course-kernel-", dir="/tmp")
+    return folder

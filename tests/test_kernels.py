@@ -8,16 +8,18 @@ died, on ``ZMQError: Address already in use (addr='tcp://127.0.0.1:37849')``.
 """
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from jupyter_client.manager import KernelManager
 
 from course_utils import kernels
-from course_utils.scripts import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +117,7 @@ def test_every_kernel_a_test_starts_is_a_course_kernel():
         km.shutdown_kernel(now=True)
 
 
-def test_a_restarted_kernel_keeps_its_sockets():
+def test_a_restarted_kernel_keeps_its_sockets(capfd):
     km = manager(kernels.CourseProvisioner)
     kc = start(km)
     try:
@@ -126,12 +128,29 @@ def test_a_restarted_kernel_keeps_its_sockets():
         assert kc.execute_interactive("x = 1", timeout=30)["content"]["status"] == "ok"
     finally:
         stop(km, kc)
+    assert not Path(folder).exists()
+    assert "The Jupyter kernel" not in capfd.readouterr().err  # restarted and stopped on request
 
 
 def test_exit_statuses_read_as_words():
     assert kernels.describe_exit(3) == "exited with status 3"
     assert kernels.describe_exit(-9) == "was killed by SIGKILL (the out-of-memory killer sends this)"
     assert kernels.describe_exit(-11) == "was killed by SIGSEGV"
+    assert kernels.describe_exit(-40) == "was killed by signal 40"  # real-time signals have no name
+
+
+def test_a_kernel_killed_from_outside_is_reported(capfd):
+    km = manager(kernels.CourseProvisioner)
+    kc = start(km)
+    try:
+        os.kill(km.provisioner.pid, signal.SIGKILL)  # what the out-of-memory killer does
+        km.provisioner.process.wait(10)
+        assert not km.is_alive()
+    finally:
+        stop(km, kc)
+    report = capfd.readouterr().err
+    assert "was killed by SIGKILL (the out-of-memory killer sends this)" in report, report
+    assert report.count("The Jupyter kernel") == 1  # once, however often it is polled
 
 
 def test_nbval_shows_a_dying_kernels_stderr_and_exit_status(tmp_path):
@@ -145,13 +164,19 @@ def test_nbval_shows_a_dying_kernels_stderr_and_exit_status(tmp_path):
                      "outputs": [{"name": "stdout", "output_type": "stream", "text": ["42\n"]}]}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "chapter.ipynb").write_text(json.dumps(nb))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-kernel-name", "dies", "-p",
-                           "no:cacheprovider", "-q", "chapter.ipynb"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "JUPYTER_PATH": str(tmp_path)})
+    temp = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))  # the kernel's folder goes here (short: sockets)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-kernel-name", "dies", "-p",
+                               "no:cacheprovider", "-q", "chapter.ipynb"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120,
+                              env={**os.environ, "JUPYTER_PATH": str(tmp_path), "TMPDIR": str(temp)})
+        left = [p.name for p in temp.glob("course-kernel-*")]
+    finally:
+        shutil.rmtree(temp)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "Kernel died before replying to kernel_info" in out, out  # what nbval says, as before
     report = out[out.index("Captured stderr setup"):]                   # and now, below it, why
     assert "exited with status 3" in report and "planted: this kernel cannot start" in report, report
     assert "connection (ipc):" in report, report
-    assert not [c for c in descendants().values() if "planted" in c]
+    assert not left, "the dead kernel's folder should be removed"

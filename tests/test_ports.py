@@ -7,7 +7,6 @@ task, MXNet's scheduler, the SLURM daemons, the browser test's JupyterLab) comes
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -20,13 +19,14 @@ def test_the_launchers_use_the_leased_ports():
 
 
 @pytest.mark.parametrize(("ephemeral", "expected"), [
-    ((32768, 60999), range(20000, 32768)),   # Linux's default
-    ((49152, 65535), range(20000, 49152)),   # macOS, Windows (IANA)
-    ((40000, 60999), range(20000, 40000)),
-    ((1024, 65535), range(1024, 65536)),     # a host that lets the OS use every port: leases only
-    ((20500, 60999), range(1024, 65536)),
+    ((32768, 60999), range(20000, 29000)),   # Linux's default
+    ((49152, 65535), range(20000, 29000)),   # macOS, Windows (IANA)
+    ((25000, 60999), range(20000, 25000)),
+    ((1024, 60999), range(61000, 65536)),    # nothing below: the ports above
+    ((20500, 60999), range(61000, 65536)),
+    ((1024, 65535), range(1024, 65536)),     # the OS may use every port: leases only
 ])
-def test_ports_lie_below_the_ephemeral_range(ephemeral, expected):
+def test_ports_lie_outside_the_ephemeral_range(ephemeral, expected):
     assert ports.course_ports(ephemeral) == expected
 
 
@@ -62,28 +62,46 @@ def test_the_os_never_hands_out_a_course_port(tmp_path):
         listener.close()
 
 
-def test_a_port_in_use_or_leased_is_skipped_and_none_left_is_a_clear_error(tmp_path):
+def test_a_port_in_use_or_leased_is_skipped_and_none_left_is_a_clear_error(tmp_path, monkeypatch):
     leases = tmp_path / "leases.json"
-    busy = socket.create_server(("127.0.0.1", 0))
-    first = busy.getsockname()[1]
-    three = range(first, first + 3)
-    try:
-        got = {ports.free_port(ports=three, leases=leases) for _ in range(2)}
-        assert first not in got and len(got) == 2   # the busy port skipped, the others leased once each
-        with pytest.raises(RuntimeError, match=r"no free port in .* all 3 are in use or leased"):
-            ports.free_port(ports=three, leases=leases)
-    finally:
-        busy.close()
+    monkeypatch.setattr(ports, "_bindable", lambda host, port: port != 20001)  # someone listens on 20001
+    three = range(20000, 20003)
+    assert {ports.free_port(ports=three, leases=leases) for _ in range(2)} == {20000, 20002}
+    with pytest.raises(RuntimeError, match=r"no free port in 20000-20002 .* all 3 are in use or leased"):
+        ports.free_port(ports=three, leases=leases)
 
 
-def test_a_lease_expires(tmp_path):
-    leases = tmp_path / "leases.json"
-    port = ports.free_port(leases=leases, lease_s=0.05)
-    only = range(port, port + 1)
+def test_a_port_someone_listens_on_cannot_be_bound():
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        assert not ports._bindable("127.0.0.1", port)
+    assert ports._bindable("127.0.0.1", port)  # closed without a connection: no TIME_WAIT
+
+
+def test_a_lease_expires(tmp_path, monkeypatch):
+    leases, clock = tmp_path / "leases.json", [1000.0]
+    monkeypatch.setattr(ports.time, "time", lambda: clock[0])
+    monkeypatch.setattr(ports, "_bindable", lambda host, port: True)
+    only = range(20000, 20001)
+    assert ports.free_port(ports=only, leases=leases) == 20000
+    clock[0] += ports.LEASE_S - 1
     with pytest.raises(RuntimeError):
         ports.free_port(ports=only, leases=leases)  # still promised to its first caller
-    time.sleep(0.1)
-    assert ports.free_port(ports=only, leases=leases) == port
+    clock[0] += 2
+    assert ports.free_port(ports=only, leases=leases) == 20000
+    clock[0] -= 10 * ports.LEASE_S                  # the clock went back: that lease cannot block for ages
+    assert ports.free_port(ports=only, leases=leases) == 20000
+
+
+def test_the_lease_folder_must_be_this_users_alone(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(RuntimeError, match="not a folder that only you can enter .* set TMPDIR"):
+        ports.free_port(leases=shared / "leases.json")
+    fresh = tmp_path / "fresh"
+    ports.free_port(leases=fresh / "leases.json")
+    assert fresh.stat().st_mode & 0o777 == 0o700
 
 
 def test_a_damaged_lease_file_is_started_afresh(tmp_path):

@@ -7,6 +7,7 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``hardware``   cores, GPUs, bf16 support, the size profile, seeding, an environment report
 - ``launch``     run a worker on N local processes (gloo/NCCL) and get each rank's result back
 - ``scripts``    run a command or a torchrun job as a subprocess that is always reaped
+- ``ports``      the ports launchers hand out: outside the OS's ephemeral range, leased so no two launches share one
 - ``tfdevices``  split the CPU into N logical TensorFlow devices (or use the GPUs)
 - ``tfcluster``  a multi-worker TensorFlow cluster of subprocesses on 127.0.0.1 (TF_CONFIG, reaped)
 - ``mxcluster``  an MXNet parameter-server job (scheduler, servers, workers) as reaped subprocesses
@@ -27,6 +28,7 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 - ``seedcode``   ``expect_error``: run a seed article's failing code, show and check the failure
 - ``stable``     print a measured number as the bound it was checked against (same on every CPU)
 - ``quiet``      the environment that keeps framework log lines out of outputs (set on import)
+- ``kernels``    the test tiers' Jupyter kernels: on Unix sockets (no ports to race for); one that dies says why
 """
 from __future__ import annotations
 

@@ -271,36 +271,33 @@ def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict
         _check_backend(backend, world_size)
     ctx = _context(start_method)
     env = safe_env(threads_per_rank, free_port())
-    logdir = tempfile.mkdtemp(prefix="course_launch_")
-    logs = [os.path.join(logdir, f"rank{r}.log") for r in range(world_size)]
-    procs, conns = [], []
-    try:
-        for rank in range(world_size):
-            recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_entry, name=f"rank{rank}", daemon=True,
-                            args=(ref, rank, world_size, args, kwargs or {}, env, backend,
-                                  pg_timeout_s, threads_per_rank, send, logs[rank]))
-            p.start()
-            send.close()
-            procs.append(p)
-            conns.append(recv)
-        with Waiting(world_size, progress, unit="rank") as waiting:
-            results = _collect(procs, conns, logs, timeout_s, waiting=waiting)
-        for p in procs:  # they sent their results and are exiting; give them a moment
-            p.join(2.0)
-    finally:
-        _kill(procs)
-        for c in conns:
-            c.close()
-    if output != "none":
-        for rank in range(1 if output == "rank0" else world_size):
-            text = Path(logs[rank]).read_text(errors="replace")
-            if text.strip():
-                prefix = f"[rank {rank}] " if world_size > 1 else ""
-                print("\n".join(prefix + line for line in text.rstrip("\n").splitlines()))
-    for path in logs:
-        os.unlink(path)
-    os.rmdir(logdir)
+    with tempfile.TemporaryDirectory(prefix="course_launch_") as logdir:  # removed also when a rank fails
+        logs = [os.path.join(logdir, f"rank{r}.log") for r in range(world_size)]
+        procs, conns = [], []
+        try:
+            for rank in range(world_size):
+                recv, send = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_entry, name=f"rank{rank}", daemon=True,
+                                args=(ref, rank, world_size, args, kwargs or {}, env, backend,
+                                      pg_timeout_s, threads_per_rank, send, logs[rank]))
+                p.start()
+                send.close()
+                procs.append(p)
+                conns.append(recv)
+            with Waiting(world_size, progress, unit="rank") as waiting:
+                results = _collect(procs, conns, logs, timeout_s, waiting=waiting)
+            for p in procs:  # they sent their results and are exiting; give them a moment
+                p.join(2.0)
+        finally:
+            _kill(procs)
+            for c in conns:
+                c.close()
+        if output != "none":
+            for rank in range(1 if output == "rank0" else world_size):
+                text = Path(logs[rank]).read_text(errors="replace")
+                if text.strip():
+                    prefix = f"[rank {rank}] " if world_size > 1 else ""
+                    print("\n".join(prefix + line for line in text.rstrip("\n").splitlines()))
     return results
 
 

@@ -43,6 +43,8 @@ PORT ?= 8888
 # under half the time of one. `make test JOBS=1` runs them one at a time
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( 2 * n < 4 ? 2 * n : 4 )))
 XDIST := -n $(JOBS) --dist loadfile
+# the unit tier: a file per worker too, except tests/test_mutants.py's questions, one by one (tests/conftest.py)
+XDIST_GROUPS := -n $(JOBS) --dist loadgroup
 # pip byte-compiles what it installs on one core (a minute here for TensorFlow, JAX and PyTorch);
 # compileall does it on every core. Without it each process of the first test tier would compile
 # the modules it imports itself, many at once. (Files that are not valid Python 3.11, such as some
@@ -106,7 +108,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check
 
 test-unit: $(STAMP) $(MXSTAMP)
-	$(PY) -m pytest tests -q -p no:cacheprovider $(XDIST) --ignore=tests/exercises --ignore=tests/slurm \
+	$(PY) -m pytest tests -q -p no:cacheprovider $(XDIST_GROUPS) --ignore=tests/exercises --ignore=tests/slurm \
 	  $(addprefix --ignore=,$(READER_TESTS))
 
 # what a reader meets: Binder's config, the site, JupyterLab in a browser (screenshot: build/screenshots/)

@@ -21,6 +21,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,6 +34,26 @@ HANG_HINT = ("The ranks waited for each other until the timeout: one rank called
 SIZE_HINT = ("A message arrived into a buffer of another size, and gloo aborted the process: every recv "
              "must get a tensor of exactly the size its peer sends. With uneven chunks, check which chunk "
              "each step sends and which it receives.")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A planted wrong answer to one exercise question, and the feedback it must get.
+
+    ``edits`` are ``(old, new)`` replacements applied to the question's solution cell (each ``old``
+    must occur there once); ``source`` replaces the whole cell instead. The grader must give it 0
+    points, failing with an ``AssertionError`` whose message contains ``hint``
+    (``tools/mutants.py`` runs them; ``tests/test_mutants.py`` runs every table).
+    """
+
+    name: str
+    hint: str
+    edits: tuple[tuple[str, str], ...] = ()
+    source: str | None = None
+
+    def __post_init__(self):
+        if (self.source is None) == (not self.edits):
+            raise ValueError(f"mutant {self.name!r}: give either edits or source, not both or neither")
 
 
 def load_student(path: str | os.PathLike) -> ModuleType:

@@ -1,0 +1,69 @@
+"""The exercise graders accept no wrong answer we know of, and their hidden tests are not the public ones.
+
+Every question of every exercise notebook has a table of at least five planted wrong answers
+(``MUTANTS`` in ``course_utils/autograde/chNN.py``); each must get 0 points with its specific hint,
+and the solution must pass, run the way otter's autograder runs the notebook (``tools/mutants.py``).
+The questions are spread over the xdist workers one by one (``tests/conftest.py``), not by file.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import mutants  # noqa: E402
+
+EXERCISES = {path.stem[:2]: mutants.read(path) for path in sorted(mutants.EXERCISES.glob("[0-9]*.ipynb"))}
+QUESTIONS = [(chapter, name) for chapter, exercise in EXERCISES.items() for name in exercise.questions]
+MIN_MUTANTS = 5
+
+
+def test_every_question_is_all_or_nothing():
+    """A wrong answer that fails one test case must score 0, not a share of the points."""
+    partial = [f"{c} {q}" for c, q in QUESTIONS if not EXERCISES[c].questions[q].all_or_nothing]
+    assert not partial, f"these questions give partial credit (add `all_or_nothing: true`): {partial}"
+
+
+@pytest.mark.parametrize("chapter, question", QUESTIONS)
+def test_hidden_tests_differ_from_the_public_ones(chapter, question):
+    tests = EXERCISES[chapter].questions[question].tests
+    public = {t.body for t in tests if not t.hidden}
+    hidden = [t.body for t in tests if t.hidden]
+    assert public and hidden, f"{chapter} {question} needs a public and a hidden test case"
+    for body in hidden:
+        assert body not in public, f"{chapter} {question}: a hidden test repeats a public one:\n{body}"
+
+
+@pytest.mark.parametrize("chapter, question", QUESTIONS)
+def test_every_question_has_a_table_of_planted_wrong_answers(chapter, question):
+    exercise = EXERCISES[chapter]
+    table = mutants.mutant_table(chapter)
+    assert set(table) <= set(exercise.questions), f"ch{chapter}.MUTANTS names questions that do not exist"
+    planted = table.get(question, ())
+    assert len(planted) >= MIN_MUTANTS, f"{chapter} {question} has {len(planted)} mutants, needs {MIN_MUTANTS}"
+    assert len({m.name for m in planted}) == len(planted), "two mutants share a name"
+    sources = [mutants.planted(exercise, question, m) for m in planted]
+    assert exercise.questions[question].solution not in sources, "a mutant is the solution itself"
+    assert len(set(sources)) == len(sources), "two mutants are the same code"
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    return mutants.Runner(tmp_path_factory.mktemp("mutants"))
+
+
+@pytest.mark.parametrize("chapter, question", QUESTIONS)
+def test_every_planted_wrong_answer_scores_zero_with_its_hint(runner, chapter, question):
+    exercise = EXERCISES[chapter]
+    start = runner.prepare(exercise, question)
+    solution = runner.attempt(exercise, question, exercise.questions[question].solution, start)
+    assert solution.passed, f"the solution of {chapter} {question} fails: {solution.messages()}"
+    accepted = {}
+    for mutant in mutants.mutant_table(chapter).get(question, ()):
+        outcome = runner.attempt(exercise, question, mutants.planted(exercise, question, mutant), start,
+                                 until=mutant.hint)
+        why = mutants.verdict(outcome, mutant.hint)
+        if why:
+            accepted[mutant.name] = why
+    assert not accepted, "\n".join(f"{name}: {why}" for name, why in accepted.items())

@@ -137,7 +137,7 @@ test-notebooks: $(STAMP) $(MXSTAMP)
 	$(NBVAL) -q $(XDIST) notebooks $(addprefix --ignore=,$(MXNET_NOTEBOOKS))
 	$(NBVAL_MXNET) -q $(MXNET_NOTEBOOKS)
 
-test-exercises: $(STAMP)
+test-exercises: $(STAMP) $(MXSTAMP)
 	$(PY) -m pytest tests/exercises -q -p no:cacheprovider
 
 student: $(STAMP)

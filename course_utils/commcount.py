@@ -85,7 +85,8 @@ class Collectives(TorchDispatchMode):
 
             data, group, send_rows = args[1], dist.ProcessGroup.unbox(args[2]), args[4]
             n, t = data.numel() * data.element_size(), group.size()
-            kept = send_rows[group.rank()] / sum(send_rows) if send_rows else 1 / t   # [] = even split
+            rows = sum(send_rows)   # 0: an even split ([]), or a rank with nothing to send
+            kept = send_rows[group.rank()] / rows if rows else 1 / t
             self.calls.append(Call("all_to_all", n, t, n * (1 - kept) if data.numel() else 0.0, _ranks(group)))
         return func(*args, **(kwargs or {}))
 

@@ -20,8 +20,8 @@ def test_ring_bytes_per_collective():
 
 
 def test_collectives_records_what_dtensor_and_an_uneven_all_to_all_issue():
-    (calls, counts, sent, summed, shape, got), (calls1, *_, got1) = launch.run(workers.collectives_seen, 2,
-                                                                               output="none")
+    ((calls, counts, sent, summed, shape, got, empty), (calls1, *_, got1, empty1)) = launch.run(
+        workers.collectives_seen, 2, output="none")
     assert calls == [("all_reduce", 128, 2, 128, (0, 1)), ("all_gather", 64, 2, 64, (0, 1)),
                      ("all_to_all", 128, 2, 96, (0, 1)), ("all_gather", 24, 2, 24, (0, 1)),
                      ("reduce_scatter", 48, 2, 24, (0, 1)), ("all_reduce", 12, 2, 12, (0, 1))]
@@ -30,3 +30,5 @@ def test_collectives_records_what_dtensor_and_an_uneven_all_to_all_issue():
     assert sent == 128 + 64 + 96 + 24 + 24 + 12
     assert summed == 2.0 and shape == (4, 8)
     assert got == [0, 1, 1] and got1 == [0, 0, 0, 1, 1]
+    assert empty == [("all_to_all", 0, 2, 0.0, (0, 1))]                  # sends nothing: no division by 0
+    assert empty1 == [("all_to_all", 64, 2, 32.0, (0, 1))]               # keeps 1 of its 2 rows

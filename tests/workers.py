@@ -96,7 +96,11 @@ def collectives_seen(rank, world_size):
         torch.distributed.all_gather_into_tensor(flat, torch.ones(6))  # 24 bytes per rank
         torch.distributed.reduce_scatter_tensor(torch.empty(6), torch.ones(12))   # 48 bytes in
         torch.distributed.all_reduce(torch.ones(3))                   # 12 bytes, as HSDP's replicas do
-    return seen.calls, seen.counts(), seen.bytes_sent(), summed[0, 0].item(), tuple(whole.shape), out[:, 0].tolist()
+    with Collectives() as nothing_here:   # rank 0 sends no row (a rank whose tokens all went elsewhere)
+        torch.distributed.all_to_all_single(rows.new_empty(1, 8), rows[:0] if rank == 0 else rows[:2],
+                                            [0, 1], [0, 0] if rank == 0 else [1, 1])
+    return (seen.calls, seen.counts(), seen.bytes_sent(), summed[0, 0].item(), tuple(whole.shape), out[:, 0].tolist(),
+            nothing_here.calls)
 
 
 def expert_parallel_vs_one_process(rank, world_size, n_expert, top_k, capacity_factor):

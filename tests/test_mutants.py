@@ -67,3 +67,24 @@ def test_every_planted_wrong_answer_scores_zero_with_its_hint(runner, chapter, q
         if why:
             accepted[mutant.name] = why
     assert not accepted, "\n".join(f"{name}: {why}" for name, why in accepted.items())
+
+
+def test_the_verdict_refuses_an_accepted_answer_a_crash_and_feedback_without_the_hint():
+    test = mutants.TestCell("check(False, 'x')", hidden=False)
+    assert "accepts this wrong answer" in mutants.verdict(mutants.Outcome([], [None, None]), "x")
+    crashed = mutants.Outcome([], [(test, "RuntimeError", "shape mismatch")])
+    assert "not with feedback" in mutants.verdict(crashed, "shape")
+    vague = mutants.Outcome([], [(test, "AssertionError", "`y` is off")])
+    assert "lacks the hint" in mutants.verdict(vague, "forgot to divide")
+    assert mutants.verdict(mutants.Outcome([], [None, (test, "AssertionError", "you forgot to divide")]),
+                           "forgot to divide") is None
+
+
+def test_a_mutant_edit_must_match_the_solution_once():
+    from course_utils.autograde import Mutant
+
+    exercise = EXERCISES["00"]
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        mutants.planted(exercise, "q1", Mutant("typo", "x", edits=(("no such code", ""),)))
+    with pytest.raises(ValueError, match="either edits or source"):
+        Mutant("both", "x", edits=(("a", "b"),), source="c")

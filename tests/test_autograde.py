@@ -50,19 +50,7 @@ def test_ch02_solution_passes_on_2_and_3_ranks(tmp_path):
 
 @pytest.mark.parametrize("body, hint", [
     ("def average_gradients(model, world_size):\n    ...\n", "still does nothing"),
-    (AVERAGE_ONE_BUCKET.replace("    flat /= world_size\n", ""), "forgot to divide by world size"),
-    (AVERAGE_ONE_BUCKET.replace("g.copy_(flat[offset:offset + g.numel()].view_as(g))",
-                                "g = flat[offset:offset + g.numel()]"), "the result never went back"),
-    (AVERAGE_ONE_BUCKET.replace("    dist.all_reduce(flat)\n", ""), "never met"),
-    ("def average_gradients(model, world_size):\n"
-     "    for p in model.parameters():\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n",
-     "called dist.all_reduce 4 times"),
-    ("def average_gradients(model, world_size):\n"
-     "    for p in list(model.parameters())[::2]:\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n",
-     "0.bias, 2.bias still hold this rank's own"),
-    (AVERAGE_ONE_BUCKET.replace("flat /= world_size", "flat /= world_size\n    flat /= world_size"),
-     "divided by world_size twice"),
-])
+])   # the classic mistakes: ch02.MUTANTS["q4"], run by tests/test_mutants.py
 def test_ch02_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch02.check_average_gradients, answer(tmp_path, body), hint)
 
@@ -108,12 +96,19 @@ def test_ch12_ring_solution_passes_on_4_ranks_and_3_ranks_with_uneven_chunks(tmp
     ch12.check_ring_all_reduce(path, world_size=3, numel=11, seed=5)
 
 
+def test_ch12_a_ring_of_batched_p2p_ops_passes_too(tmp_path):
+    """The harness records P2POp/batch_isend_irecv messages without breaking them (P2POp checks its op)."""
+    batched = RING.replace("        sending = dist.isend(mine, right)\n        dist.recv(buffer, left)\n"
+                           "        sending.wait()\n",
+                           "        for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, right),\n"
+                           "                                            dist.P2POp(dist.irecv, buffer, left)]):\n"
+                           "            work.wait()\n")
+    assert batched != RING
+    ch12.check_ring_all_reduce(answer(tmp_path, batched), world_size=3, numel=11, seed=5)
+
+
 @pytest.mark.parametrize("body, hint, sizes", [
     ("def ring_all_reduce(tensor):\n    ...\n", "still this rank's own input", {}),
-    (RING.split("    for step in range(world - 1):\n        sending")[0], "The all-gather is missing", {}),
-    ("def ring_all_reduce(tensor):\n    dist.all_reduce(tensor)\n", "you called dist.all_reduce", {}),
-    (RING.replace("chunks[(rank + 1 - step) % world], right", "chunks[(rank - step) % world], right"),
-     "of another size", {}),
     (RING.replace("dist.recv(chunks[(rank - step) % world], left)", "dist.recv(chunks[(rank + step) % world], left)"),
      "hold the full sum but the others do not", {"numel": 8}),   # equal chunks: no size mismatch
 ])
@@ -151,14 +146,7 @@ def test_ch03_solution_passes(tmp_path):
 @pytest.mark.parametrize("body, hint", [
     ("def train(ddp_model, optimizer, dataset, *, epochs, batch_size, accumulate, seed):\n    ...\n",
      "train still does nothing"),
-    (DDP_TRAIN.replace("        sampler.set_epoch(epoch)\n", ""), "sampler epoch not set"),
-    (DDP_TRAIN.replace("batch_size=batch_size, sampler=sampler", "batch_size=batch_size"), "drew all 32 samples"),
-    (DDP_TRAIN.replace("contextlib.nullcontext() if last else ddp_model.no_sync()", "contextlib.nullcontext()"),
-     "after every micro-batch"),
-    (DDP_TRAIN.replace(" / accumulate\n", "\n"), "summed over the 2 micro-batches"),
-    (DDP_TRAIN.replace("            if last:\n", "            if True:\n"), "once per micro-batch"),
-    (DDP_TRAIN.replace("                optimizer.zero_grad()\n", ""), "zero the gradients after each"),
-])
+])   # the classic mistakes: ch03.MUTANTS["q3"], run by tests/test_mutants.py
 def test_ch03_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch03.check_ddp_training, answer(tmp_path, body), hint)
 
@@ -188,18 +176,36 @@ def test_ch09_solution_passes(tmp_path):
     ch09.check_pipeline_step(path, sizes=(4, 9, 7, 5, 2), batch=5, split=4, seed=3)
 
 
+# planted mistakes: ch09.MUTANTS (tests/test_mutants.py); here the stub and a hang
 @pytest.mark.parametrize("body, hint", [
     ("def pipeline_step(stage, x, target, act_shape):\n    ...\n", "it still does nothing"),
-    (PIPELINE.replace("    act.requires_grad_()\n", ""), "requires_grad_()"),
-    (PIPELINE.replace("        act.backward(grad)\n", ""), "stage 0 (rank 0) got no gradient"),
-    (PIPELINE.replace("act.backward(grad)", "act.sum().backward()"), "not from a loss of its own"),
-    (PIPELINE.replace("    return loss.item()\n", "    return loss\n"),
-     "return None on rank 0 and the loss as a float"),
     (PIPELINE.replace("dist.recv(act, src=0)", "dist.recv(act, src=0)\n    dist.recv(act, src=0)"),
      "waited for each other"),
 ])
 def test_ch09_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch09.check_pipeline_step, answer(tmp_path, body), hint)
+
+
+TP_BY_HAND = """
+from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+
+def tensor_parallel_mlp(mlp, mesh):
+    for layer, weight, bias in ((mlp[0], Shard(0), Shard(0)), (mlp[2], Shard(1), Replicate())):
+        layer.weight = nn.Parameter(distribute_tensor(layer.weight.data, mesh, [weight]))
+        layer.bias = nn.Parameter(distribute_tensor(layer.bias.data, mesh, [bias]))
+    mlp.register_forward_pre_hook(lambda m, args: (DTensor.from_local(args[0], mesh, [Replicate()]),))
+    mlp.register_forward_hook(lambda m, args, out: out.redistribute(mesh, [Replicate()]).to_local())
+    return mlp
+"""
+
+
+def test_ch09_tensor_parallel_by_hand_passes_and_the_stub_gets_its_hint(tmp_path):
+    """The prompt allows distribute_tensor by hand instead of parallelize_module: the check must accept it."""
+    ch09.check_tensor_parallel_mlp(answer(tmp_path, TP_BY_HAND))
+    fails_with(ch09.check_tensor_parallel_mlp, answer(tmp_path, "def tensor_parallel_mlp(mlp, mesh):\n    ...\n",
+                                                      "ex_stub.py"), "tensor_parallel_mlp returned None")
 
 
 AMP = """
@@ -220,13 +226,10 @@ def test_ch04_solution_passes(tmp_path):
     ch04.check_amp_step(path, world_size=4, sizes=(5, 12, 3), batch=8, steps=7, seed=2)
 
 
+# planted mistakes: ch04.MUTANTS (tests/test_mutants.py); here the stub and autocast switched off
 @pytest.mark.parametrize("body, hint", [
     ("def amp_step(ddp_model, optimizer, scaler, x, y):\n    ...\n", "it still does nothing"),
-    (AMP.replace("scaler.step(optimizer)", "optimizer.step()"), "Step through the scaler"),
-    (AMP.replace("    scaler.update()\n", ""), "call scaler.update() after every scaler.step"),
-    (AMP.replace("scaler.scale(loss).backward()", "loss.backward()"), "Scale the loss before backward"),
     (AMP.replace("torch.float16)", "torch.float16, enabled=False)"), "the forward ran in float32"),
-    (AMP.replace("    optimizer.zero_grad()\n", ""), "the inf gradients were never cleared"),
 ])
 def test_ch04_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch04.check_amp_step, answer(tmp_path, body), hint)
@@ -257,12 +260,7 @@ def test_ch10_solution_passes(tmp_path):
 
 @pytest.mark.parametrize("body, hint", [
     ("def shard_model(model, mesh):\n    ...\n\n\ndef local_bytes(model):\n    ...\n", "still does nothing"),
-    (FSDP.replace("            fully_shard(layer, mesh=mesh)\n", "            pass\n"),
-     "wrap every layer before the root"),
-    (FSDP.replace("    fully_shard(model, mesh=mesh)\n", ""), "the model itself is not"),
-    (FSDP.replace("p.to_local().numel()", "p.numel()"), "whose numel() is its global size"),
-    (FSDP.replace(" * p.element_size()", ""), "a count of numbers, not bytes"),
-])
+])   # the classic mistakes: ch10.MUTANTS["q3"] (tests/test_mutants.py)
 def test_ch10_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch10.check_sharding, answer(tmp_path, body), hint)
 
@@ -284,8 +282,6 @@ def load(model, optimizer, folder):
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     return state["step"]
 """
-DCP_APPLY = ('    dcp.load(state, checkpoint_id=folder)\n'
-             '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n')
 
 
 def test_ch11_solution_passes(tmp_path):
@@ -297,12 +293,7 @@ def test_ch11_solution_passes(tmp_path):
 @pytest.mark.parametrize("body, hint", [
     ("def save(model, optimizer, step, folder):\n    ...\n\n\ndef load(model, optimizer, folder):\n    ...\n",
      "it still does nothing"),
-    (DCP.replace(DCP_APPLY, '    state["model"] = {k: v.clone() for k, v in model_state.items()}\n'
-                            '    dcp.load(state, checkpoint_id=folder)\n'), "does not hold the saved weights"),
-    (DCP.replace('"optim": optim_state, ', '').replace(DCP_APPLY, '    dcp.load(state, checkpoint_id=folder)\n'),
-     "Adam's moments and step counts are not the saved ones"),
-    (DCP.replace('    return state["step"]\n', '    return 0\n'), "load returned 0"),
-])
+])   # the classic mistakes: ch11.MUTANTS["q3"] (tests/test_mutants.py)
 def test_ch11_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
     fails_with(ch11.check_checkpoint, answer(tmp_path, body), hint)
 
@@ -332,24 +323,20 @@ def job_flops(model, idx):
 def test_ch13_solution_passes(tmp_path):
     path = answer(tmp_path, JOB_FLOPS)
     ch13.check_job_flops(path)
-    ch13.check_job_flops(path, world_size=3, n_layer=3, d_model=32, block=16, batch=6, seed=4)
+    ch13.check_job_flops(path, shares=(3, 1, 2), n_layer=3, d_model=32, block=16, seed=4)
+
+
+def test_ch13_equal_shares_are_refused_by_the_grader(tmp_path):
+    """Equal shares would let one rank's count times the world size pass for the job's."""
+    with pytest.raises(ValueError, match="unequal shares"):
+        ch13.check_job_flops(answer(tmp_path, JOB_FLOPS), shares=(2, 2))
 
 
 @pytest.mark.parametrize("body, hint", [
     ("def job_flops(model, idx):\n    ...\n", "it still does nothing"),
-    (JOB_FLOPS.replace("    dist.all_reduce(count)\n", ""), "that is one rank's share"),
-    (JOB_FLOPS.replace("        loss.backward()\n", "        pass\n"), "the forward pass only"),
-    (JOB_FLOPS.replace("accounting.count_flops(step)", "flops(step)") + """
-def flops(fn):
-    from torch.utils.flop_counter import FlopCounterMode
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return counter.get_total_flops()
-""", "attention's own matmuls are missing"),
-    (JOB_FLOPS.replace("dtype=torch.int64", "dtype=torch.float32"), "24-bit significand"),
 ])
 def test_ch13_stub_and_classic_mistakes_get_their_hint(tmp_path, body, hint):
-    fails_with(ch13.check_job_flops, answer(tmp_path, body), hint, d_model=100, block=31, batch=14)
+    fails_with(ch13.check_job_flops, answer(tmp_path, body), hint, d_model=100, block=31, shares=(5, 9))
 
 
 RING_ATTENTION = """
@@ -395,37 +382,33 @@ def test_ch14_solutions_pass(tmp_path):
         ch14.check_zigzag(lambda r, w: [r, 2 * w - 1 - r], t)
 
 
-@pytest.mark.parametrize("body, hint", [
+@pytest.mark.parametrize("body, hint", [   # the classic mistakes: ch14.MUTANTS (tests/test_mutants.py)
     ("def ring_forward(q, k, v):\n    ...\n", "it still does nothing"),
-    (RING_ATTENTION.replace("for step in range(1, world_size):", "for step in range(1, 1):"),
-     "attention to this rank's own chunk only"),
-    (RING_ATTENTION.replace("        if (rank - step) % world_size < rank:\n", "        if True:\n"),
-     "the chunks of later ranks are merged in"),
-    (RING_ATTENTION.replace("        if (rank - step) % world_size < rank:\n", "        if True:\n")
-     .replace("causal=True", "causal=False"), "attention without the causal mask"),
-    (RING_ATTENTION.replace("block_attention(q, k, v, causal=True)", "block_attention(q, k, v, causal=False)"),
-     "the own chunk needs the causal mask"),
     (RING_ATTENTION.replace("return out", "return out[..., :1, :]"), "must return a tensor shaped like q"),
 ])
-def test_ch14_ring_mistakes_get_their_hint(tmp_path, body, hint):
+def test_ch14_ring_stub_and_wrong_shape_get_their_hint(tmp_path, body, hint):
     fails_with(ch14.check_ring_forward, answer(tmp_path, body), hint, world_size=3, shape=(1, 2, 12, 4))
 
 
-def test_ch14_merge_and_zigzag_mistakes_get_their_hint():
+def test_ch14_merge_and_zigzag_stubs_get_their_hint():   # the classic mistakes: ch14.MUTANTS
     def check(function, hint, *args):
         with pytest.raises(AssertionError, match=hint):
             function(*args)
 
     check(ch14.check_merge, "return a tuple", lambda oa, la, ob, lb: None)
-    check(ch14.check_merge, "use torch.logaddexp", lambda oa, la, ob, lb: ((oa + ob) / 2, torch.maximum(la, lb)))
-    check(ch14.check_merge, "plain average", lambda oa, la, ob, lb: ((oa + ob) / 2, torch.logaddexp(la, lb)))
-    check(ch14.check_merge, "normalised over its own block", lambda oa, la, ob, lb: (oa + ob, torch.logaddexp(la, lb)))
+    check(ch14.check_merge, "merge raised ZeroDivisionError", lambda oa, la, ob, lb: 1 / 0)
     check(ch14.check_zigzag, "zigzag returned nothing", lambda r, w: None, 2)
-    check(ch14.check_zigzag, "exactly one rank", lambda r, w: [r, r + 1], 4)
-    check(ch14.check_zigzag, "contiguous layout", lambda r, w: [2 * r, 2 * r + 1], 4)
+    check(ch14.check_zigzag, "the same chunks for every t", lambda r, w: [r, r + 1], 4)
 
 
 DISPATCH = """
+from course_utils.expert_parallel import AllToAll
+
+
+def all_to_all(rows, send, recv):
+    return AllToAll.apply(rows, send, recv, None)
+
+
 def expert_parallel(tokens, expert, local_experts):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     per_rank = len(local_experts)
@@ -435,14 +418,12 @@ def expert_parallel(tokens, expert, local_experts):
     dist.all_to_all_single(incoming, per_expert)
     incoming = incoming.view(world_size, per_rank)
     send, recv = per_expert.view(world_size, per_rank).sum(1).tolist(), incoming.sum(1).tolist()
-    rows = tokens.new_empty(sum(recv), tokens.shape[1])
-    dist.all_to_all_single(rows, tokens[order].contiguous(), recv, send)
+    rows = all_to_all(tokens[order], send, recv)
     local = torch.arange(per_rank).repeat(world_size).repeat_interleave(incoming.reshape(-1))
     done = torch.empty_like(rows)
     for j, layer in enumerate(local_experts):
         done[local == j] = layer(rows[local == j])
-    back = torch.empty_like(tokens)
-    dist.all_to_all_single(back, done, send, recv)
+    back = all_to_all(done, recv, send)
     out = torch.empty_like(tokens)
     out[order] = back
     return out
@@ -470,38 +451,23 @@ def test_ch15_solutions_pass(tmp_path):
     ch15.check_balancing_loss(load_balancing_loss, n=64, n_expert=8, top_k=1, seed=3)
 
 
-@pytest.mark.parametrize("body, hint", [
+@pytest.mark.parametrize("body, hint", [   # the classic mistakes: ch15.MUTANTS (tests/test_mutants.py)
     ("def expert_parallel(tokens, expert, local_experts):\n    ...\n", "it still does nothing"),
-    ("def expert_parallel(tokens, expert, local_experts):\n"
-     "    return torch.stack([local_experts[e % len(local_experts)](x) for x, e in zip(tokens, expert.tolist())])\n",
-     "that applies this rank's own experts"),
-    (DISPATCH.replace("out[order] = back", "out = back"), "the right outputs in the wrong rows"),
-    (DISPATCH.replace("all_to_all_single(back, done, send, recv)", "all_to_all_single(back, done, recv, send)"),
-     "on the way back the two lists swap places"),
-    (DISPATCH.replace("dist.all_to_all_single(incoming, per_expert)\n", "incoming = per_expert.clone()\n"),
-     "exchanging the per-expert counts"),
 ])
-def test_ch15_dispatch_mistakes_get_their_hint(tmp_path, body, hint):
+def test_ch15_dispatch_stub_gets_its_hint(tmp_path, body, hint):
     fails_with(ch15.check_expert_parallel, answer(tmp_path, body), hint, world_size=3, n_expert=6, n=9, seed=5,
                skew=True)
 
 
-def test_ch15_capacity_and_loss_mistakes_get_their_hint():
+def test_ch15_capacity_and_loss_stubs_get_their_hint():   # the classic mistakes: ch15.MUTANTS
     def check(function, hint, answer):
         with pytest.raises(AssertionError, match=hint):
             function(answer)
 
     check(ch15.check_keep, "returned nothing", lambda e, n, c: None)
-    check(ch15.check_keep, "keeps the last", lambda e, n, c: keep_within_capacity(e.flip(0), n, c).flip(0))
-    check(ch15.check_keep, "not capacity \\+ 1", lambda e, n, c: keep_within_capacity(e, n, c + 1))
-    check(ch15.check_keep, "counts all assignments together", lambda e, n, c: torch.arange(len(e)) < c)
-    check(ch15.check_balancing_loss, "missing the factor E", lambda p, e, n: load_balancing_loss(p, e, n) / n)
-    check(ch15.check_balancing_loss, "a fraction of the assignments",
-          lambda p, e, n: load_balancing_loss(p, e, n) * len(e))
-    check(ch15.check_balancing_loss, "not its mean probability", lambda p, e, n: n * (p.mean(0) ** 2).sum())
-    check(ch15.check_balancing_loss, "not their sum",
-          lambda p, e, n: n * (torch.bincount(e, minlength=n) / len(e) * p.sum(0)).sum())
-    check(ch15.check_balancing_loss, "no gradient", lambda p, e, n: load_balancing_loss(p.detach(), e, n))
+    check(ch15.check_keep, "raised IndexError", lambda e, n, c: e[len(e)])
+    check(ch15.check_balancing_loss, "returned nothing", lambda p, e, n: None)
+    check(ch15.check_balancing_loss, "return a scalar tensor", lambda p, e, n: load_balancing_loss(p, e, n).item())
 
 
 LAYOUT_2D = """
@@ -523,42 +489,14 @@ def test_ch16_solutions_pass(tmp_path):
     from course_utils import planner
 
     ch16.check_build_2d(answer(tmp_path, LAYOUT_2D))
-    ch16.check_tp_all_reduces(lambda n_layer, pp, m: 4 * (n_layer // pp) * m)
+    def tp_all_reduces(n_layer, pp, microbatches, recompute):
+        if n_layer % pp:
+            raise ValueError("uneven stages")
+        return (6 if recompute else 4) * (n_layer // pp) * microbatches
+
+    ch16.check_tp_all_reduces(tp_all_reduces, [(2, 1, 2, True), (3, 3, 1, False), (4, 3, 1, False)])
     model = planner.Transformer(layers=8, hidden=512, heads=8, seq=512, vocab=1000)
     ranked = planner.plan(model, 32, planner.Cluster(gpus=8, **planner.H100))
     for limit in (1, 5, 80):
         ch16.check_pick(lambda r, gb: max([x for x in r if x.reason is None and x.memory_gb <= gb],
                                           key=lambda x: x.mfu, default=None), ranked, limit)
-
-
-@pytest.mark.parametrize("body, hint", [
-    ("def build_2d(model, mesh):\n    ...\n", "it still does nothing"),
-    (LAYOUT_2D.replace("""    for block in model.blocks:
-        fully_shard(block, mesh=mesh["dp"])
-    fully_shard(model, mesh=mesh["dp"])
-""", ""), "nothing averaged the gradients"),
-    (LAYOUT_2D.replace('"tp"', '"swap"').replace('"dp"', '"tp"').replace('"swap"', '"dp"'), "dimensions are swapped"),
-])
-def test_ch16_layout_mistakes_get_their_hint(tmp_path, body, hint):
-    fails_with(ch16.check_build_2d, answer(tmp_path, body), hint)
-
-
-def test_ch16_pick_and_count_mistakes_get_their_hint():
-    from course_utils import planner
-
-    model = planner.Transformer(layers=8, hidden=512, heads=8, seq=512, vocab=1000)
-    ranked = planner.plan(model, 32, planner.Cluster(gpus=8, **planner.H100))
-    feasible = sorted(x.memory_gb for x in ranked if x.reason is None)
-    limit = feasible[len(feasible) // 2]            # some layouts fit under it, some do not
-    with pytest.raises(AssertionError, match="cannot run"):
-        ch16.check_pick(lambda r, gb: next(x for x in r if x.reason is not None), ranked, limit)
-    with pytest.raises(AssertionError, match="over the .* GB limit"):
-        ch16.check_pick(lambda r, gb: next(x for x in r if x.reason is None and x.memory_gb > gb), ranked, limit)
-    with pytest.raises(AssertionError, match="a faster layout fits"):
-        ch16.check_pick(lambda r, gb: [x for x in r if x.reason is None and x.memory_gb <= gb][-1], ranked, limit)
-    with pytest.raises(AssertionError, match="returned None"):
-        ch16.check_pick(lambda r, gb: None, ranked, limit)
-    for wrong, hint in ((lambda n, p, m: 2 * (n // p) * m, "forward only"), (lambda n, p, m: 4 * n * m, "n_layer / pp"),
-                        (lambda n, p, m: 4 * (n // p), "every microbatch"), (lambda n, p, m: None, "returned nothing")):
-        with pytest.raises(AssertionError, match=hint):
-            ch16.check_tp_all_reduces(wrong)

@@ -98,24 +98,28 @@ def test_solution_scores_full_marks(graded, name):
 
 
 # The questions where the student writes distributed code, and what the untouched stub is told
-DISTRIBUTED_QUESTIONS = {
-    "02_data_parallel_from_scratch": ("q4", "average_gradients changed no gradient"),
-    "03_pytorch_ddp": ("q3", "train still does nothing"),
-    "04_mixed_precision": ("q3", "amp_step changed no weight"),
-    "09_model_parallel": ("q4", "pipeline_step left every gradient empty"),
-    "10_sharded_data_parallel": ("q3", "shard_model still does nothing"),
-    "11_fault_tolerance": ("q3", "save wrote nothing into the folder"),
-    "12_performance_playbook": ("q3", "the tensor is still this rank's own input"),
-    "13_transformer_accounting": ("q3", "job_flops returned None"),
-    "14_sequence_context_parallel": ("q3", "ring_forward returned None"),
-    "15_expert_parallel": ("q3", "expert_parallel returned None"),
-    "16_composing_parallelism": ("q3", "build_2d returned None"),
-}
+DISTRIBUTED_QUESTIONS = [
+    ("00_setup_and_hardware", "q3", "sum_of_squares returned None"),
+    ("02_data_parallel_from_scratch", "q4", "average_gradients changed no gradient"),
+    ("03_pytorch_ddp", "q3", "train still does nothing"),
+    ("04_mixed_precision", "q3", "amp_step changed no weight"),
+    ("05_tensorflow_strategies", "q4", "train_mirrored still does nothing"),
+    ("06_keras_multi_device", "q4", "fit_parallel never trained the model"),
+    ("07_mxnet_legacy", "q3", "sync_sgd_step returned None"),
+    ("09_model_parallel", "q4", "pipeline_step left every gradient empty"),
+    ("09_model_parallel", "q5", "tensor_parallel_mlp returned None"),
+    ("10_sharded_data_parallel", "q3", "shard_model still does nothing"),
+    ("11_fault_tolerance", "q3", "save wrote nothing into the folder"),
+    ("12_performance_playbook", "q3", "the tensor is still this rank's own input"),
+    ("13_transformer_accounting", "q3", "job_flops returned None"),
+    ("14_sequence_context_parallel", "q3", "ring_forward returned None"),
+    ("15_expert_parallel", "q3", "expert_parallel returned None"),
+    ("16_composing_parallelism", "q3", "build_2d returned None"),
+]
 
 
-@pytest.mark.parametrize("name", sorted(DISTRIBUTED_QUESTIONS))
-def test_untouched_distributed_question_scores_zero_with_feedback_not_a_torch_traceback(graded, name):
-    question, hint = DISTRIBUTED_QUESTIONS[name]
+@pytest.mark.parametrize("name, question, hint", DISTRIBUTED_QUESTIONS)
+def test_untouched_distributed_question_scores_zero_with_feedback_not_a_torch_traceback(graded, name, question, hint):
     results = json.loads((graded[name][0].parent / "graded" / name / "student" / "results.json").read_text())
     (test,) = [t for t in results["tests"] if t.get("name") == question]
     assert test["score"] == 0 and hint in test["output"], test["output"]

@@ -261,7 +261,8 @@ def main(argv: list[str]) -> int:
         for question in wanted:
             start = runner.prepare(exercise, question)
             solution = runner.attempt(exercise, question, exercise.questions[question].solution, start)
-            print(f"{question}: solution {'passes' if solution.passed else 'FAILS: ' + ' | '.join(solution.messages())}")
+            said = "passes" if solution.passed else "FAILS: " + " | ".join(solution.messages())
+            print(f"{question}: solution {said}")
             for mutant in table.get(question, ()):
                 outcome = runner.attempt(exercise, question, planted(exercise, question, mutant), start, mutant.hint)
                 why = verdict(outcome, mutant.hint)

@@ -100,9 +100,10 @@ def check_epoch_indices(epoch_indices: Callable, *, n: int = 12, world_size: int
 
 def check_accumulation_steps(accumulation_steps: Callable,
                              good: Sequence[tuple[int, int, int]] = ((256, 32, 2), (64, 64, 1)),
-                             bad: Sequence[tuple[int, int, int]] = ((100, 32, 2),)) -> None:
+                             bad: Sequence[tuple[int, int, int]] = ((100, 32, 2), (200, 32, 2))) -> None:
     """Fail unless ``accumulation_steps`` returns the int ``global_batch // (per_rank_batch * world_size)``
-    for the ``good`` cases, and raises a ``ValueError`` naming a global batch that works for the ``bad`` ones."""
+    for the ``good`` cases, and raises a ``ValueError`` naming a nearest global batch that works (the multiple of
+    ``per_rank_batch * world_size`` just below or above) for the ``bad`` ones."""
     for global_batch, per_rank, world_size in good:
         call = f"accumulation_steps({global_batch}, {per_rank}, {world_size})"
         got = call_student(accumulation_steps, "accumulation_steps", global_batch, per_rank, world_size)
@@ -283,17 +284,19 @@ def _check_steps(rank: int, result: dict, *, micro_batches: int, accumulate: int
                              f"{want[:6]}...: one step per {accumulate} micro-batches, {len(want)} in all.")
     if len(reduce_at) == micro_batches != len(want):
         raise AssertionError(f"DDP all-reduced the gradients {len(reduce_at)} times, after every micro-batch: "
-                             f"run the backward of all but the last micro-batch of each step inside "
-                             f"ddp_model.no_sync(), so that only {len(want)} all-reduces happen.")
+                             f"run the forward and backward of all but the last micro-batch of each "
+                             f"step inside ddp_model.no_sync() (DDP decides in the forward whether the backward "
+                             f"all-reduces), so that only {len(want)} all-reduces happen.")
     if not reduce_at:
         raise AssertionError(f"rank {rank}: DDP never all-reduced the gradients, so every rank trained on its own "
                              "shard alone: run the forward through ddp_model(x) (not ddp_model.module), and the "
-                             "backward that ends each step outside no_sync().")
+                             "forward and backward that end each step outside no_sync().")
     if sorted(set(reduce_at)) != want:
         raise AssertionError(f"rank {rank}: DDP all-reduced the gradients during micro-batches "
                              f"{sorted(set(reduce_at))[:6]}..., but the steps came after micro-batches {want[:6]}...: "
-                             "the backward that ends a step must run outside no_sync (it all-reduces what the "
-                             "step's micro-batches accumulated); all the others inside ddp_model.no_sync().")
+                             "the micro-batch that ends a step must run its forward and backward outside no_sync "
+                             "(its backward all-reduces what the step's micro-batches accumulated); all the others "
+                             "inside ddp_model.no_sync().")
 
 
 def _explain_weights(got: list, mismatch: tuple[str, float], job: dict, world_size: int, outputs: int) -> str:
@@ -406,7 +409,7 @@ MUTANTS = {
         Mutant("seed ignored", "pass seed=seed to the DistributedSampler",
                edits=(("shuffle=True, seed=seed", "shuffle=True"),)),
         Mutant("no no_sync", "after every micro-batch", edits=((_NO_SYNC, "contextlib.nullcontext()"),)),
-        Mutant("no_sync on the wrong micro-batch", "the backward that ends a step must run outside no_sync",
+        Mutant("no_sync on the wrong micro-batch", "must run its forward and backward outside no_sync",
                edits=((_NO_SYNC, "ddp_model.no_sync() if last else contextlib.nullcontext()"),)),
         Mutant("loss not divided by accumulate", "micro-batches, not averaged", edits=((" / accumulate\n", "\n"),)),
         Mutant("loss divided by the world size", "DDP already averages the gradients over the ranks",

@@ -50,8 +50,10 @@ def _call(fn: Callable, call: str, *args: Any, hint: str = "") -> Any:
 
 
 def _dims(value_info) -> list:
-    """The declared shape of a graph input/output: ints, or the name of a symbolic dimension."""
-    return [d.dim_param if d.dim_param else d.dim_value for d in value_info.type.tensor_type.shape.dim]
+    """The declared shape of a graph input/output: ints, the name of a symbolic dimension, or "?" for a
+    dimension left unknown (``None`` in ``helper.make_tensor_value_info``); [] when no shape is declared."""
+    return [d.dim_param if d.dim_param else (d.dim_value if d.HasField("dim_value") else "?")
+            for d in value_info.type.tensor_type.shape.dim]
 
 
 def _check_graph(model, W: np.ndarray, b: np.ndarray) -> None:
@@ -105,10 +107,11 @@ def _check_graph(model, W: np.ndarray, b: np.ndarray) -> None:
                              "Gemm's output and write \"y\".")
     (x_info,), (y_info,) = [i for i in graph.input if i.name == "x"], list(graph.output)
     x_dims, y_dims = _dims(x_info), _dims(y_info)
-    if len(x_dims) != 2 or not isinstance(x_dims[0], str) or not isinstance(y_dims[0], str):
+    declared_y = y_info.type.tensor_type.HasField("shape")   # y's shape may be left to inference
+    if len(x_dims) != 2 or not isinstance(x_dims[0], str) or (declared_y and y_dims and not isinstance(y_dims[0], str)):
         raise AssertionError(f"x is declared {x_dims} and y {y_dims}: the batch dimension must be dynamic, give "
-                             "it a name (\"batch\") instead of a number, in x and in y.")
-    if x_dims[1] != W.shape[1] or len(y_dims) != 2 or y_dims[1] != W.shape[0]:
+                             "it a name (\"batch\") or None instead of a number, in x and in y.")
+    if x_dims[1] != W.shape[1] or (declared_y and (len(y_dims) != 2 or y_dims[1] != W.shape[0])):
         raise AssertionError(f"x is declared {x_dims} and y {y_dims}, but W is {W.shape}: x has W.shape[1] "
                              "(in_features) columns and y has W.shape[0] (out_features).")
 

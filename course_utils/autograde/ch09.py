@@ -135,7 +135,8 @@ def check_microbatches_for_bubble(fn: Callable, cases: Sequence[tuple[int, float
         raise AssertionError(f"{shown}: m = {want} already reaches the target; return the smallest m.")
     for target in invalid:
         call(fn, 4, target, name="microbatches_for_bubble",
-             expect_error="a target must lie strictly between 0 and 1 (no finite m reaches a bubble of 0)")
+             expect_error="a target must lie strictly between 0 and 1 (no finite m reaches a bubble of 0; "
+                          "`if not 0 < target < 1:` also refuses NaN, which every comparison calls False)")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -254,10 +255,19 @@ def _problem(sizes: list[int], batch: int, split: int, seed: int):
 
 @contextmanager
 def _recording_messages(log: list):
-    """Record every ``dist.send``/``dist.recv`` (kind, peer, a copy of the tensor after the call) in ``log``."""
+    """Record every ``dist.send``/``dist.recv`` and ``dist.isend``/``dist.irecv`` in ``log``: (kind, peer,
+    the tensor sent, copied at the call; or the tensor received, which holds the message once waited on)."""
     import torch.distributed as dist
 
-    real_send, real_recv = dist.send, dist.recv
+    real_send, real_recv, real_isend, real_irecv = dist.send, dist.recv, dist.isend, dist.irecv
+
+    def isend(tensor, dst=None, *args, **kwargs):
+        log.append(("send", dst, tensor.detach().clone() if isinstance(tensor, torch.Tensor) else None))
+        return real_isend(tensor, dst, *args, **kwargs)
+
+    def irecv(tensor, src=None, *args, **kwargs):
+        log.append(("recv", src, tensor))
+        return real_irecv(tensor, src, *args, **kwargs)
 
     def send(tensor, dst=None, *args, **kwargs):
         log.append(("send", dst, tensor.detach().clone() if isinstance(tensor, torch.Tensor) else None))
@@ -268,11 +278,11 @@ def _recording_messages(log: list):
         log.append(("recv", src, tensor.detach().clone()))
         return result
 
-    dist.send, dist.recv = send, recv
+    dist.send, dist.recv, dist.isend, dist.irecv = send, recv, isend, irecv
     try:
         yield
     finally:
-        dist.send, dist.recv = real_send, real_recv
+        dist.send, dist.recv, dist.isend, dist.irecv = real_send, real_recv, real_isend, real_irecv
 
 
 def stage_rank(rank: int, world_size: int, student_file: str, *, sizes: list[int], batch: int, split: int,
@@ -306,7 +316,8 @@ def reference(sizes: list[int], batch: int, split: int, seed: int):
 
 def _check_messages(log0: list, log1: list, act: torch.Tensor, act_grad: torch.Tensor) -> None:
     """Rank 0 sends the activations and receives their gradient; rank 1 the other way round; nothing else."""
-    kinds0, kinds1 = [(k, p) for k, p, _ in log0], [(k, p) for k, p, _ in log1]
+    kinds0 = [(k, 1 if p is None else p) for k, p, _ in log0]   # recv(src=None) takes any peer: the other one
+    kinds1 = [(k, 0 if p is None else p) for k, p, _ in log1]
     if kinds0 != [("send", 1), ("recv", 1)] or kinds1 != [("recv", 0), ("send", 0)]:
         raise AssertionError(f"rank 0 called {kinds0 or 'nothing'} and rank 1 {kinds1 or 'nothing'} (dist.send/"
                              "dist.recv, peer); "
@@ -355,7 +366,7 @@ def check_pipeline_step(student_file: str, *, sizes: tuple[int, ...] = (6, 16, 1
             hint = ("The loss was summed over the elements: use their mean, F.mse_loss(out, target) (reduction "
                     "'mean'), as the whole model's loss does.")
         raise AssertionError(f"stage 1 (rank 1): the gradient of `{name}` is off by {error:.3g}. {hint}")
-    if log0 or log1:   # (isend/irecv are not recorded: then the gradients below tell)
+    if log0 or log1:   # (batch_isend_irecv is not recorded: then the gradients below tell)
         _check_messages(log0, log1, act, act_grad)
     if all(g is None for g in grads0):
         raise AssertionError("stage 0 (rank 0) got no gradient: rank 1 must send the gradient of the activations "
@@ -546,7 +557,10 @@ def check_tensor_parallel_mlp(student_file: str, *, world_size: int = 2, d: int 
         if "error" in got:
             raise AssertionError(f"the forward or backward of your split MLP failed: {got['error'].rstrip('.')}. "
                                  "The layers must fit together: column-parallel first (output sharded), "
-                                 "row-parallel second (input sharded, output all-reduced).")
+                                 "row-parallel second (input sharded, output all-reduced); and the module takes "
+                                 "the plain input tensor every rank holds and returns a plain tensor (the styles "
+                                 "do that; by hand, convert with DTensor.from_local / .to_local or "
+                                 "distribute_module's input_fn / output_fn).")
         _check_forward_collectives(got["calls"], want["out"].numel() * want["out"].element_size(), world_size)
     for rank, result in enumerate(results):
         names = ["output", "input's gradient", *(f"gradient of `{n}`" for n in want["grads"])]

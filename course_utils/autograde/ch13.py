@@ -44,7 +44,7 @@ def _call(fn: Callable, name: str, *args: Any, why: str = "") -> Any:
 # ---------------------------------------------------------------------------------------------
 
 MEASURED_SHAPES = ((45, 2, 64, 32, 96), (30, 1, 16, 8, 24))   # (vocab, layers, h, s, tokens), run here
-GPT2_SMALL = (50257, 12, 768, 1024, 10**9)                        # too big to run: the confirmed count
+GPT2_SMALL = (50257, 12, 768, 1024, 2**30)                        # too big to run: the confirmed count
 
 
 @functools.lru_cache(maxsize=32)   # the same shapes are measured for every answer graded in one process

@@ -130,7 +130,7 @@ def _grade_loss(load_balancing_loss: Callable, case: str, probs: torch.Tensor, e
     if not isinstance(got, torch.Tensor) or got.numel() != 1:
         raise AssertionError(f"return a scalar tensor; got {type(got).__name__} {getattr(got, 'shape', '')}.")
     value = got.detach().double().reshape(())
-    if not torch.allclose(value, want, rtol=1e-9, atol=1e-12):
+    if not torch.allclose(value, want, rtol=1e-6, atol=1e-9):   # float32 fractions (counts / A) are fine
         hint = _loss_hint(value, want, probs.detach(), expert, n_expert)
         if "collapsed" in case and torch.bincount(expert).numel() < n_expert:
             short = torch.bincount(expert).double() / len(expert)
@@ -144,7 +144,7 @@ def _grade_loss(load_balancing_loss: Callable, case: str, probs: torch.Tensor, e
     (grad,) = torch.autograd.grad(got.reshape(()), probs, allow_unused=True)
     fraction = torch.bincount(expert, minlength=n_expert).double() / len(expert)
     want_grad = (n_expert * fraction / len(probs)).expand_as(probs)
-    if grad is None or not torch.allclose(grad.double(), want_grad, atol=1e-12, rtol=1e-9):
+    if grad is None or not torch.allclose(grad.double(), want_grad, atol=1e-9, rtol=1e-6):
         raise AssertionError(
             f"on {case} the value is right but the gradient w.r.t. probs is not: d loss / d probs[n, i] must be "
             f"E · f_i / N for every token n (f_i from counts, which carry no gradient; P_i = mean of probs[:, i], "

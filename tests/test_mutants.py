@@ -53,6 +53,7 @@ def runner(tmp_path_factory):
     return mutants.Runner(tmp_path_factory.mktemp("mutants"))
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning:keras")   # what Keras tells the planted wrong answers
 @pytest.mark.parametrize("chapter, question", QUESTIONS)
 def test_every_planted_wrong_answer_scores_zero_with_its_hint(runner, chapter, question):
     exercise = EXERCISES[chapter]

@@ -16,6 +16,7 @@ started, sampled every 0.1 s.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -42,6 +43,14 @@ def tiny_notebook(folder: Path) -> Path:
     path = folder / "tiny.ipynb"
     nbformat.write(nb, path)
     return path
+
+
+class Stopped(Exception):
+    """The caller stopped the run (its SIGTERM): the chapter in progress is cut off."""
+
+
+def _stopped(signum: int, frame) -> None:
+    raise Stopped("stopped by the caller (SIGTERM)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -75,14 +84,16 @@ def main(argv: list[str] | None = None) -> dict:
             """The caller's deadline has come (its SIGTERM reaches the kernel too: the chapter then fails)."""
             return time.time() >= args.deadline - 2
 
+        signal.signal(signal.SIGTERM, _stopped)   # from here on a SIGTERM cuts the chapter in progress off
         for i, path in enumerate(paths):
             row = {"notebook": path.name, "profile": profile}
+            print(f"{path.name}: running", flush=True)
             try:
                 row["seconds"], row["peak_bytes"] = run_notebooks.execute(
                     path, write=False, profile=profile, save_as=args.save / path.name if args.save else None)
             except Exception as exc:  # a failing chapter is a result; the others still run
                 row.update(seconds=0.0, peak_bytes=0, error=f"{type(exc).__name__}: {str(exc).strip()[-300:]}")
-            if "error" in row and out_of_time():
+            if "error" in row and (out_of_time() or "Stopped" in row["error"]):
                 row.update(cut_off=True, error="cut off: the run's time budget ended during this chapter")
             rows.append(row)
             done = f"{row['seconds']:.1f} s, peak {row['peak_bytes'] / 1e6:,.0f} MB"
@@ -96,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
                        "max_peak_bytes": max(r["peak_bytes"] for r in rows),
                        "over_1_5_GB": [r["notebook"] for r in rows if r["peak_bytes"] > 1.5e9]}
             _common.write("notebooks", args, rows, summary)  # after each: a cut-off run keeps what it measured
-            if out_of_time():
+            if out_of_time() or "cut_off" in row:
                 break
     return summary
 

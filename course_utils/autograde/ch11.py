@@ -246,8 +246,14 @@ def check_checkpoint(student_file: str, *, world_size: int = 2, sizes: tuple[int
     With ``resume_world_size``, the checkpoint must also load on that many ranks (DCP reshards).
     """
     with tempfile.TemporaryDirectory(prefix="ex11_checkpoint_") as folder:
-        results = run_ranks(checkpoint_rank, student_file, world_size, folder=folder, sizes=list(sizes), n=n,
-                            steps=steps, save_at=save_at, seed=seed)
+        try:
+            results = run_ranks(checkpoint_rank, student_file, world_size, folder=folder, sizes=list(sizes), n=n,
+                                steps=steps, save_at=save_at, seed=seed)
+        except AssertionError as error:
+            files = sorted(p.name for p in Path(folder).iterdir())
+            if "CheckpointException" in str(error) and files and ".metadata" not in files:
+                _check_files(files, world_size)   # load found nothing where save should have written: say where
+            raise
         files = sorted(p.name for p in Path(folder).iterdir())
         _check_files(files, world_size)
         _check_resume(results, save_at)
@@ -284,7 +290,9 @@ def _check_files(files: list[str], world_size: int) -> None:
     if ".metadata" not in files:
         raise AssertionError(f"the folder holds {files} but no .metadata: that is not a Distributed Checkpoint. "
                              "Save with torch.distributed.checkpoint.save(state, checkpoint_id=folder) on every "
-                             "rank: each rank writes its shard (__<rank>_0.distcp), then rank 0 writes .metadata.")
+                             "rank: each rank writes its shard (__<rank>_0.distcp), then rank 0 writes .metadata"
+                             + (" — into `folder` itself, not a subfolder of it (load is given the same folder)."
+                                if not any(f.startswith("__") or "." in f for f in files) else "."))
     missing = [rank for rank in range(world_size) if f"__{rank}_0.distcp" not in files]
     if missing:
         raise AssertionError(f"rank(s) {missing} wrote no shard file into the checkpoint ({files}): every rank must "
@@ -379,6 +387,8 @@ MUTANTS = {
             ("    model_state, optim_state = get_state_dict(model, optimizer)   # the shapes to load into\n",
              "    model_state, optim_state = model.state_dict(), optimizer.state_dict()\n"),
             (_APPLY, '    model.load_state_dict(state["model"])\n    optimizer.load_state_dict(state["optim"])\n'))),
+        Mutant("saved into a subfolder", "not a subfolder of it", edits=(
+            ('"step": step}, checkpoint_id=folder)', '"step": step}, checkpoint_id=f"{folder}/step_{step}")'),)),
         Mutant("torch.save per rank", "that is not a Distributed Checkpoint", source=(
             "%%writefile work/ex11_checkpoint.py\nimport os\n\nimport torch\nimport torch.distributed as dist\n\n\n"
             "def save(model, optimizer, step, folder):\n    os.makedirs(folder, exist_ok=True)\n"

@@ -607,6 +607,8 @@ MUTANTS = {
                "    return max(1, int((stages - 1) * (1 - target) / target))\n"),
     ),
     "q2": (
+        Mutant("d_in must divide too", "tp_local_shapes(10, 64, 6, 4) raised",
+               edits=(("    if hidden % world_size:", "    if hidden % world_size or d_in % world_size:"),)),
         Mutant("second bias split", "the second bias is not split",
                edits=(('"2.bias": (d_out,)', '"2.bias": (d_out // world_size,)'),)),
         Mutant("first bias whole", "the first bias is split with the outputs",

@@ -18,9 +18,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -54,6 +57,27 @@ class Mutant:
     def __post_init__(self):
         if (self.source is None) == (not self.edits):
             raise ValueError(f"mutant {self.name!r}: give either edits or source, not both or neither")
+
+
+@contextmanager
+def time_limit(seconds: float, error: type[BaseException] = TimeoutError) -> Iterator[None]:
+    """Raise ``error`` inside the block once it has run ``seconds`` s (a student's endless loop).
+
+    SIGALRM, so only in the main thread; in any other thread the block runs without a limit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise error
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def load_student(path: str | os.PathLike) -> ModuleType:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import signal
-import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -29,30 +27,11 @@ import torch
 from torch import nn
 
 from ..models import mlp
-from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, student_function
+from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, student_function, time_limit
 
 # ---------------------------------------------------------------------------------------------------
 # Calling a student's plain function: its exceptions and endless loops become feedback
 # ---------------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def _time_limit(seconds: float):
-    """Raise TimeoutError in the main thread after ``seconds`` (no limit in other threads)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise TimeoutError
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def call(fn: Callable, *args: Any, name: str, expect_error: str = "", timeout_s: float = 2.0) -> Any:
@@ -62,7 +41,7 @@ def call(fn: Callable, *args: Any, name: str, expect_error: str = "", timeout_s:
     and returning a value or raising another exception raises AssertionError saying the rule."""
     shown = f"{name}({', '.join(map(repr, args))})"
     try:
-        with _time_limit(timeout_s):
+        with time_limit(timeout_s):
             value = fn(*args)
     except TimeoutError:
         raise AssertionError(f"{shown} did not return within {timeout_s:g} s: a loop that never ends"

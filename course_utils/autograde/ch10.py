@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import threading
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -28,7 +25,7 @@ from torch import nn
 
 from ..data import linear_regression, shard
 from ..models import mlp
-from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, student_function
+from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, student_function, time_limit
 
 # --------------------------------------------------------------------------------------------------
 # Calling a student's function in this process
@@ -37,25 +34,6 @@ from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, s
 
 class _TooSlow(BaseException):
     """Raised inside a student's function that ran past its time limit."""
-
-
-@contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt the block after ``seconds`` (main thread only; elsewhere no limit)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise _TooSlow
-
-    old = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _student_line(error: BaseException) -> str:
@@ -76,7 +54,7 @@ def call_student(fn: Callable, call: str, *args: Any, limit_s: float = 5.0, expe
     ``call`` is how the message shows the call, e.g. ``"min_ranks(7e9, 80, 3)"``.
     """
     try:
-        with _time_limit(limit_s):
+        with time_limit(limit_s, _TooSlow):
             return fn(*args)
     except _TooSlow:
         raise AssertionError(f"{call} did not return within {limit_s:g} s: a loop that never ends? "

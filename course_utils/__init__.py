@@ -4,7 +4,8 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 (not TensorFlow, Keras or JAX, and not even PyTorch). Each module imports its framework itself:
 
 - ``placement``  the plan every chapter prints: device, backend and sizes for 0, 1 or N GPUs
-- ``hardware``   cores, GPUs, bf16 support, the size profile, seeding, an environment report
+- ``hardware``   cores, memory, GPUs, bf16 support, seeding, an environment report
+- ``gpu_facts``  what a GPU can do (native bf16, float8 matmuls, what fits) from its capability and memory
 - ``launch``     run a worker on N local processes (gloo/NCCL) and get each rank's result back
 - ``scripts``    run a command or a torchrun job as a subprocess that is always reaped
 - ``ports``      the ports launchers hand out: outside the OS's ephemeral range, leased so no two launches share one
@@ -33,9 +34,9 @@ One idea per module; importing this package is cheap and imports no deep-learnin
 from __future__ import annotations
 
 from . import quiet
-from .hardware import by_profile, profile, seed_everything
+from .hardware import seed_everything
 
 quiet.apply()  # before any framework is imported: they read their log settings when they start
 
-__all__ = ["by_profile", "profile", "seed_everything"]
+__all__ = ["seed_everything"]
 __version__ = "0.1.0"

@@ -1,4 +1,7 @@
-"""What machine are we on? Cores, GPUs, bf16 support, the size profile, and seeding.
+"""What machine are we on? Cores, memory, GPUs, bf16 support, and seeding.
+
+Where chapters run, and at which sizes, is decided by :mod:`course_utils.placement`; what a GPU can
+do by :mod:`course_utils.gpu_facts`.
 
 Nothing here imports TensorFlow or JAX. PyTorch is imported only by the functions that ask it
 about GPUs, and only if it is installed, so this module also works in the MXNet environment.
@@ -14,9 +17,10 @@ import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
-PROFILES = ("cpu", "gpu")
+from . import gpu_facts
+
+PROFILES = ("cpu", "gpu")        # COURSE_PROFILE's values (course_utils.placement reads it)
 PROFILE_ENV = "COURSE_PROFILE"
 
 
@@ -177,43 +181,16 @@ def gpus() -> list[str]:
 def bf16_supported(device: str = "cpu") -> bool:
     """Does ``device`` ("cpu" or "cuda") compute bfloat16 natively (not by slow emulation)?
 
-    On the CPU this means the AVX512-BF16 or AMX-BF16 instructions; on CUDA, Ampere or newer.
+    On the CPU this means the AVX512-BF16 or AMX-BF16 instructions; on CUDA, Ampere (sm80) or newer
+    (:func:`course_utils.gpu_facts.native_bf16`). Not ``torch.cuda.is_bf16_supported()``: by default
+    that counts emulation, and says True on a T4 or V100.
     """
     if device == "cpu":
         return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
     if device == "cuda":
-        torch = _torch()
-        return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        gpu = gpu_facts.current()
+        return gpu is not None and gpu_facts.native_bf16(gpu)
     raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
-
-
-def best_device() -> str:
-    """The device string for device-agnostic code: "cuda" if a GPU is usable, else "cpu"."""
-    return "cuda" if gpus() else "cpu"
-
-
-def profile() -> str:
-    """The size profile notebooks use: "gpu" when a CUDA GPU is present, else "cpu".
-
-    Set the environment variable ``COURSE_PROFILE`` to "cpu" or "gpu" to override (for example
-    ``COURSE_PROFILE=cpu`` on a GPU machine to reproduce the stored outputs exactly).
-    """
-    chosen = os.environ.get(PROFILE_ENV, "").strip().lower()
-    if chosen:
-        if chosen not in PROFILES:
-            raise ValueError(
-                f"{PROFILE_ENV}={chosen!r} is not a profile; use one of {PROFILES} or unset it"
-            )
-        return chosen
-    return "gpu" if gpus() else "cpu"
-
-
-T = TypeVar("T")
-
-
-def by_profile(*, cpu: T, gpu: T) -> T:
-    """Pick the value for the current profile: ``by_profile(cpu=512, gpu=65536)``."""
-    return {"cpu": cpu, "gpu": gpu}[profile()]
 
 
 def seed_everything(seed: int) -> None:
@@ -285,6 +262,13 @@ class Report:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _profile() -> str:
+    """The size profile single-process cells use here (placement's decision)."""
+    from . import placement  # placement imports this module
+
+    return placement.plan(1).profile
+
+
 def report() -> Report:
     """Collect a :class:`Report` of this machine. Print it for a readable table."""
     found = {name: v for name in FRAMEWORKS if (v := _version(name))}
@@ -296,7 +280,7 @@ def report() -> Report:
         memory_gib=memory_gib(),
         cpu_bf16=bf16_supported("cpu"),
         gpus=gpus(),
-        profile=profile(),
+        profile=_profile(),
         frameworks=found,
         host_cpu_cores=host_cpu_cores(),
         host_memory_gib=host_memory_gib(),

@@ -7,16 +7,6 @@ import pytest
 from course_utils import bench, data, exercises, hardware, models
 
 
-def test_profile_override(monkeypatch):
-    monkeypatch.setenv("COURSE_PROFILE", "gpu")
-    assert hardware.profile() == "gpu" and hardware.by_profile(cpu=1, gpu=2) == 2
-    monkeypatch.setenv("COURSE_PROFILE", "CPU")
-    assert hardware.profile() == "cpu" and hardware.by_profile(cpu=1, gpu=2) == 1
-    monkeypatch.setenv("COURSE_PROFILE", "tpu")
-    with pytest.raises(ValueError, match="not a profile"):
-        hardware.profile()
-
-
 def test_report_is_readable():
     r = hardware.report()
     text = str(r)

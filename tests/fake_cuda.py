@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import torch
 
-from course_utils.gpu_facts import KNOWN, GPU
+from course_utils.gpu_facts import GPU, KNOWN
 
 CARDS = ("T4", "V100", "A100", "L4", "H100", "H200")
 COUNTS = (1, 2, 8)
@@ -38,6 +38,10 @@ def fake_cuda(monkeypatch, card: str | GPU, count: int = 1, free_bytes: int | No
         return SimpleNamespace(name=gpu.name, major=gpu.capability[0], minor=gpu.capability[1],
                                total_memory=gpu.total_bytes, multi_processor_count=0)
 
+    def mem_get_info(device=None) -> tuple[int, int]:
+        index(device)
+        return gpu.free, gpu.total_bytes
+
     def bf16(including_emulation: bool = True) -> bool:
         return gpu.capability >= (8, 0) or including_emulation
 
@@ -47,6 +51,6 @@ def fake_cuda(monkeypatch, card: str | GPU, count: int = 1, free_bytes: int | No
     monkeypatch.setattr(cuda, "get_device_name", lambda device=None: props(device).name)
     monkeypatch.setattr(cuda, "get_device_properties", props)
     monkeypatch.setattr(cuda, "get_device_capability", lambda device=None: (props(device).major, props(device).minor))
-    monkeypatch.setattr(cuda, "mem_get_info", lambda device=None: (gpu.free, gpu.total_bytes) if index(device) >= 0 else None)
+    monkeypatch.setattr(cuda, "mem_get_info", mem_get_info)
     monkeypatch.setattr(cuda, "is_bf16_supported", bf16)
     return gpu

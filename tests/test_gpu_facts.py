@@ -1,9 +1,9 @@
 """Decisions that depend on a GPU, checked on faked ones (tests/fake_cuda.py): T4 .. H200, 1, 2, 8 GPUs."""
 import pytest
+from fake_cuda import CARDS, COUNTS, fake_cuda
 
 from course_utils import gpu_facts, hardware, placement
-from course_utils.gpu_facts import GiB, KNOWN
-from fake_cuda import CARDS, COUNTS, fake_cuda
+from course_utils.gpu_facts import KNOWN, GiB
 
 NATIVE_BF16 = {"T4": False, "V100": False, "A100": True, "L4": True, "H100": True, "H200": True}
 FLOAT8 = {"T4": False, "V100": False, "A100": False, "L4": True, "H100": True, "H200": True}

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .gpu_facts import GPU, largest_fitting
+
 
 def synchronize(device: str = "cpu") -> None:
     """Wait until all queued work on ``device`` ("cpu", "cuda", "cuda:1", "mps") has finished."""
@@ -139,6 +141,25 @@ def heap_bytes() -> int:
 def matmul_gflops(n: int, seconds: float) -> float:
     """GFLOP/s of an ``n x n`` by ``n x n`` matmul that took ``seconds`` (2 n^3 flops)."""
     return 2 * n**3 / seconds / 1e9
+
+
+def amp_step_bytes(width: int, layers: int = 4) -> int:
+    """Peak bytes of chapter 04's speed table at ``width`` (batch = width): ``layers`` width x width
+    Linear layers with fp32 weights and gradients and 16-bit copies under autocast (10 B/weight),
+    about two fp32 activations saved per layer and sample (40 B x width^2 in all for 4 layers), and
+    the three width x width matrices of the matmul timing (12 B x width^2)."""
+    weights = layers * width * width
+    return 10 * weights + 8 * (layers + 1) * width * width + 12 * width * width
+
+
+def amp_bench_width(gpu: GPU | None, cpu_width: int = 256,
+                    gpu_widths: Sequence[int] = (1024, 2048, 4096, 8192)) -> int:
+    """Width of chapter 04's speed table: ``cpu_width`` without a GPU, else the largest of ``gpu_widths``
+    whose :func:`amp_step_bytes` fits in half the GPU's free memory (8192, ~6 GB, on a T4 or
+    larger; 4096 on an 8 GB card or a half-full one)."""
+    if gpu is None:
+        return cpu_width
+    return largest_fitting(list(gpu_widths), amp_step_bytes, gpu)
 
 
 def allreduce_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], repeats: int = 10,

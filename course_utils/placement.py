@@ -217,3 +217,30 @@ def simulated_node_gpus(nnodes: int, nproc_per_node: int, gpus: int | None = Non
     if _requested_profile() == "cpu" or len(ids) < need:
         return [""] * nnodes
     return [",".join(ids[n * nproc_per_node:(n + 1) * nproc_per_node]) for n in range(nnodes)]
+
+
+def data_parallel_device_ids(plan: Plan) -> list[int] | None:
+    """``device_ids`` for ``nn.DataParallel`` under ``plan``: every GPU when cells run on CUDA, None
+    when there is no GPU (DataParallel then calls the module unchanged).
+
+    DataParallel has no CPU mode once CUDA is visible (it takes every GPU; ``device_ids=[]`` fails),
+    so ``COURSE_PROFILE=cpu`` on a machine with GPUs raises a ValueError that says how to hide them.
+    """
+    if plan.device == "cuda":
+        return list(range(plan.gpus))
+    if plan.gpus_unused:
+        raise ValueError(f"COURSE_PROFILE=cpu, but nn.DataParallel would take the {_count(plan.gpus, 'GPU')} "
+                         "CUDA shows (it has no CPU mode once CUDA is visible). Hide them to run it on the "
+                         "CPU: start Jupyter with CUDA_VISIBLE_DEVICES= , or unset COURSE_PROFILE.")
+    return None
+
+
+def seed_data_parallel_error(gpus: int) -> type[Exception]:
+    """What seed 001's model-parallel loop raises with ``gpus`` GPUs visible: it wraps a model left on
+    the CPU in ``nn.DataParallel`` and feeds it ``Subset`` objects from ``random_split``.
+
+    0 GPUs: DataParallel calls the module, which refuses the Subset (TypeError). 1 GPU: DataParallel
+    moves the module to it and hands the Subset on (TypeError). 2 or more: before looking at the
+    input it checks that the module is on cuda:0, and it is not (RuntimeError).
+    """
+    return RuntimeError if gpus >= 2 else TypeError

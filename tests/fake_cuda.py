@@ -19,6 +19,7 @@ from course_utils.gpu_facts import GPU, KNOWN
 
 CARDS = ("T4", "V100", "A100", "L4", "H100", "H200")
 COUNTS = (1, 2, 8)
+SMS = {g.name: n for g, n in zip(KNOWN.values(), (40, 80, 108, 58, 132, 132))}   # streaming multiprocessors
 
 
 def fake_cuda(monkeypatch, card: str | GPU, count: int = 1, free_bytes: int | None = None) -> GPU:
@@ -36,7 +37,7 @@ def fake_cuda(monkeypatch, card: str | GPU, count: int = 1, free_bytes: int | No
     def props(device=None):
         index(device)
         return SimpleNamespace(name=gpu.name, major=gpu.capability[0], minor=gpu.capability[1],
-                               total_memory=gpu.total_bytes, multi_processor_count=0)
+                               total_memory=gpu.total_bytes, multi_processor_count=SMS.get(gpu.name, 100))
 
     def mem_get_info(device=None) -> tuple[int, int]:
         index(device)

@@ -66,3 +66,52 @@ def test_fake_cuda_refuses_a_missing_device(monkeypatch):
     assert torch.cuda.get_device_capability(1) == (8, 0)
     with pytest.raises(RuntimeError, match="invalid device ordinal"):
         torch.cuda.get_device_properties("cuda:2")
+
+
+def seed_model_parallel_loop():
+    """Seed 001's "model parallel" loop as chapter 09 runs it: the model on the CPU, Subset batches."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    data = torch.randn(100, 10)
+    model = nn.DataParallel(nn.Sequential(nn.Linear(10, 10), nn.Linear(10, 1)))
+    for batch in torch.utils.data.random_split(data, [10] * 10):
+        model(batch)
+
+
+@pytest.mark.parametrize("count", [0, 2, 8])
+def test_seed_data_parallel_error_is_what_torch_raises(monkeypatch, count):
+    """Chapter 09 cell 4 expected TypeError everywhere; with 2+ GPUs DataParallel raises RuntimeError first."""
+    if count:
+        fake_cuda(monkeypatch, "V100", count=count)
+    with pytest.raises(placement.seed_data_parallel_error(count)):
+        seed_model_parallel_loop()
+    assert placement.seed_data_parallel_error(1) is TypeError   # one GPU: moved to it, then the Subset
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_data_parallel_device_ids(monkeypatch, count):
+    fake_cuda(monkeypatch, "A100", count=count)
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)
+    assert placement.data_parallel_device_ids(placement.plan(1)) == list(range(count))
+    monkeypatch.setenv("COURSE_PROFILE", "cpu")   # chapter 09 cell 6 crashed here: DataParallel took the GPUs
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES="):
+        placement.data_parallel_device_ids(placement.plan(1))
+    assert placement.data_parallel_device_ids(placement.plan(1, gpus=0)) is None
+
+
+@pytest.mark.parametrize("card, free_gib, width", [(None, None, 256), ("T4", None, 8192), ("T4", 5, 4096),
+                                                   ("V100", None, 8192), ("L4", None, 8192), ("H100", None, 8192),
+                                                   ("RTX 3070", None, 4096), ("T4", 0.7, 1024)])
+def test_amp_bench_width_fits_the_card(card, free_gib, width):
+    """Chapter 04's speed table was 8192 wide on every GPU (~6 GB): too much for an 8 GB card."""
+    from course_utils import bench
+    from course_utils.gpu_facts import GPU
+
+    gpu = None if card is None else GPU("GeForce RTX 3070", (8, 6), 8 * GiB) if card == "RTX 3070" else KNOWN[card]
+    if free_gib is not None:
+        gpu = gpu.with_free(int(free_gib * GiB))
+    assert bench.amp_bench_width(gpu) == width
+    if gpu is not None:
+        assert bench.amp_step_bytes(width) <= gpu.free / 2

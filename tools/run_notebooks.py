@@ -81,6 +81,7 @@ def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool
     file as it was (benchmarks/notebooks.py); ``save_as`` writes the executed copy there instead,
     also when a cell fails (up to the failing cell); ``profile`` is the COURSE_PROFILE to run with."""
     nb = nbformat.read(path, as_version=4)
+    nb.metadata.pop("widgets", None)   # the state of widgets of an earlier run; nbclient stores this run's
     saved = dict(os.environ)
     os.environ["COURSE_PROFILE"] = profile
     if profile == "cpu":   # the stored outputs: written as on a machine without GPUs, on any machine

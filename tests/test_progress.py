@@ -1,8 +1,16 @@
-"""Progress bars: labelled, advancing as processes finish, silent when not asked for."""
+"""Progress bars: labelled, advancing as processes finish, silent when not asked for; stored finished."""
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import workers
 
 from course_utils import launch, progress, scripts
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 def test_bar_needs_a_label():
@@ -39,3 +47,65 @@ def test_run_command_with_a_label_shows_a_bar_and_still_checks(capsys):
     assert "one command" in capsys.readouterr().err
     with pytest.raises(scripts.CommandError):
         scripts.run_command(["false"], progress="fails")
+
+
+# What a notebook stores: the finished bar, as text, the same on every machine (issue 38)
+
+def test_finished_text_has_no_timings():
+    assert progress.finished_text("world sizes", 3, 3) == "world sizes: 100%|██████████| 3/3"
+    assert progress.finished_text("sizes", 3, 4) == "sizes:  75%|███████▌  | 3/4"
+    assert progress.finished_text("lines", 5, None) == "lines: 5"
+
+
+def test_outside_a_kernel_the_bar_is_on_stderr_not_a_display(capsys):
+    assert not progress.in_kernel()
+    list(progress.bar(range(2), desc="plain"))
+    out, err = capsys.readouterr()
+    assert out == "" and "plain: 100%" in err
+
+
+BAR_CELLS = [
+    "from course_utils import progress, scripts\nprint('before')\n"
+    "for _ in progress.bar(range(3), desc='a loop'):\n    pass\nprint('after')",
+    "with progress.Waiting(2, 'ranks', unit='rank') as waiting:\n"
+    "    waiting.done(1)\n    waiting.tick()\n    waiting.done(2)",
+    "done = scripts.run_commands([['sleep', '0.6'], ['true']], progress='two commands')",
+    "for i in progress.bar(range(4), desc='stopped early'):\n    if i == 1:\n        break",
+]
+
+
+def _executed_bar_notebook(tmp_path, monkeypatch):
+    """A notebook of progress bars, executed as tools/run_notebooks.py executes the chapters."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+    from run_notebooks import execute
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    nb = new_notebook(cells=[new_code_cell(source) for source in BAR_CELLS],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    path = tmp_path / "bars.ipynb"
+    nbformat.write(nb, path)
+    execute(path, timeout_s=120)
+    return path, nbformat.read(path, as_version=4)
+
+
+def _texts(cell) -> str:
+    return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+
+
+def test_a_stored_notebook_shows_finished_bars_without_timings(tmp_path, monkeypatch):
+    _, nb = _executed_bar_notebook(tmp_path, monkeypatch)
+    texts = [_texts(cell) for cell in nb.cells]
+    assert texts[0] == "before\na loop: 100%|██████████| 3/3\nafter\n", texts[0]
+    assert texts[1] == "ranks: 100%|██████████| 2/2\n", texts[1]
+    assert texts[2] == "two commands: 100%|██████████| 2/2\n", texts[2]
+    assert texts[3] == "stopped early:  25%|██▌       | 1/4\n", texts[3]
+    assert not any(WIDGET in o.get("data", {}) for cell in nb.cells for o in cell.outputs)
+
+
+def test_strict_nbval_accepts_the_stored_bars(tmp_path, monkeypatch):
+    """nbval compares a display as it first appeared (it ignores updates): the stored form must match that."""
+    path, _ = _executed_bar_notebook(tmp_path, monkeypatch)
+    run = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-p", "no:cacheprovider",
+                          "-q", path.name], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

@@ -7,8 +7,16 @@ A compared output (a code cell not tagged ``nbval-ignore-output``) may not conta
   those belong in ignore-output cells next to an assert on what the chapter relies on;
 - a float printed at float-noise precision (below 1e-5, in scientific notation) instead of the bound
   it was checked against (course_utils.stable).
+
+Any stored output, compared or not (it is what a reader sees on GitHub), may not contain
+- a progress bar that never moved (``desc:   0%|          | 0/4``, the text form of a tqdm widget at
+  the moment it appeared), or one with its timings (course_utils.progress prints the finished bar);
+- an absolute path of the machine that executed it (its checkout, a virtual environment's
+  site-packages, /work/, /tmp/, /root/, /home/): print paths relative to the notebook or the repository;
+- a profiler's log line (kineto's ``STAGE:`` / ``USDT:`` / ActivityProfiler lines, torch's ``[W...]``).
 """
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -30,21 +38,37 @@ FRAMEWORK_LOG = re.compile(r"oneDNN custom operations|cpu_feature_guard|This Ten
 # not the bound it was checked against (≤ 1e-6, ± 1e-4, < 1e-5, a range 1e-7–1e-4)
 NOISE = re.compile(r"(?<![≤±<] )(?<![≤±<])\b\d(\.\d+)?e-(0?[5-9]|[1-9]\d)\b(?!–)")
 COMPARISON = re.compile(r"Δ|\bdiff|\bvs\b|max \||\|.*−.*\|")
+UNMOVED_BAR = re.compile(r"(?<!\d)0%\|\s*\| 0/\d+")          # tqdm's text form before the first step
+TIMED_BAR = re.compile(r"\d+%\|.*\| \d+/\d+ \[\d+:\d\d")       # ... [00:03<00:00, 1.2it/s]
+MACHINE_ROOTS = r"work|tmp|root|home|Users|mnt|scratch|builds"
+MACHINE_PATH = re.compile(rf"(?<![\w.$}}])/({MACHINE_ROOTS})/\S|/(site|dist)-packages/"
+                          rf"|{re.escape(str(ROOT))}/|{re.escape(sys.prefix)}/")
+PROFILER_LOG = re.compile(r"^\s*(STAGE:|USDT:)|ActivityProfiler|libkineto|\bkineto\b.*\b(warn|init)"
+                          r"|^\[W\d{4} .*\]|^\[W (\S+ )?\S+\.(cpp|h):\d+\]")
 
 
-def compared_outputs(path: Path):
-    """(cell number, text) for every text output that nbval compares in ``path``."""
+def _text(out) -> str:
+    if out.output_type == "stream":
+        return out.get("text", "")
+    if out.output_type == "error":
+        return "\n".join(out.get("traceback", []))
+    return out.get("data", {}).get("text/plain", "")
+
+
+def compared_outputs(path: Path, every: bool = False):
+    """(cell number, text) for every text output that nbval compares in ``path`` (``every``: all outputs)."""
     nb = nbformat.read(path, as_version=4)
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or "nbval-ignore-output" in cell.metadata.get("tags", []):
+        if cell.cell_type != "code" or (not every and "nbval-ignore-output" in cell.metadata.get("tags", [])):
             continue
         for out in cell.outputs:
-            yield i, out.get("text", "") if out.output_type == "stream" else out.get("data", {}).get("text/plain", "")
+            yield i, _text(out)
 
 
-def offending(path: Path, pattern: re.Pattern, within: re.Pattern | None = None) -> list[str]:
-    """Lines of compared outputs of ``path`` that match ``pattern`` (in outputs matching ``within``)."""
-    return [f"cell {i}: {line.strip()[:160]}" for i, text in compared_outputs(path)
+def offending(path: Path, pattern: re.Pattern, within: re.Pattern | None = None, every: bool = False) -> list[str]:
+    """Lines of compared outputs of ``path`` that match ``pattern`` (in outputs matching ``within``;
+    ``every``: in all stored outputs, also of cells tagged nbval-ignore-output)."""
+    return [f"cell {i}: {line.strip()[:160]}" for i, text in compared_outputs(path, every)
             if within is None or within.search(text) for line in text.splitlines() if pattern.search(line)]
 
 
@@ -69,6 +93,49 @@ def test_no_float_noise(path):
     found = offending(path, NOISE, COMPARISON)
     assert not found, ("floats printed at noise precision; print the bound they were checked against "
                        "(course_utils.stable.at_most) instead:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_progress_bars_are_stored_finished(path):
+    found = list(dict.fromkeys(offending(path, UNMOVED_BAR, every=True) + offending(path, TIMED_BAR, every=True)))
+    assert not found, ("progress bars stored as they appeared (0%) or with timings; course_utils.progress "
+                       "prints the finished bar: re-execute with tools/run_notebooks.py\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_machine_path(path):
+    found = offending(path, MACHINE_PATH, every=True)
+    assert not found, ("absolute paths of the machine that ran the notebook; print them relative to the "
+                       "notebook or the repository:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_profiler_log_line(path):
+    found = offending(path, PROFILER_LOG, every=True)
+    assert not found, "profiler log lines in stored outputs:\n" + "\n".join(found)
+
+
+def test_the_stored_output_checks_can_fail():
+    for line in ("world sizes:   0%|          | 0/3 [00:00<?, ?it/s]", "DDP:   0%|          | 0/2"):
+        assert UNMOVED_BAR.search(line), line
+    assert TIMED_BAR.search("sizes: 100%|██████████| 3/3 [00:04<00:00,  1.45s/it]")
+    for line in ("sizes: 100%|██████████| 3/3", "stopped:  25%|██▌       | 1/4", "loss 10%| of 0/3"):
+        assert not UNMOVED_BAR.search(line) and not TIMED_BAR.search(line), line
+    for line in ('  File "/work/main/notebooks/work/ch00_broken.py", line 3, in broken',
+                 "ImportError: cannot import name 'x' from 'keras.utils' (/opt/venv/lib/python3.11/site-packages/k.py)",
+                 "wrote /home/ci/course/notebooks/work/ch12_results/allreduce.json", "saved in /tmp/tmpab12/ckpt",
+                 f"see {ROOT}/README.md"):
+        assert MACHINE_PATH.search(line), line
+    for line in ("wrote work/ch12_results/allreduce.json", '  File "REPO/notebooks/work/x.py", line 3',
+                 'srun "$COURSE_DIR/.venv/bin/torchrun"', "from the repository root, .venv on a shared disk",
+                 "SITE-PACKAGES/keras/utils/__init__.py", "checkpoint in work/tmp/step_3"):
+        assert not MACHINE_PATH.search(line), line
+    for line in ("USDT:2026-12-06 04:11:09 2349:2349 SyncActivityProfilerHandler.cpp:52] profiler_start",
+                 "STAGE:2024-01-01 10:00:00 1:1 ActivityProfilerController.cpp:314] Completed Stage: Warm Up",
+                 "[W1206 04:11:09.455162930 CPUAllocator.cpp:245] Warning: something"):
+        assert PROFILER_LOG.search(line), line
+    for line in ("the profiler's table: 3 kernels", "Name    Self CPU %   CPU total"):
+        assert not PROFILER_LOG.search(line), line
 
 
 def test_the_checks_can_fail():

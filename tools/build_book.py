@@ -9,9 +9,10 @@ contents in the course's parts (:data:`PARTS`), then runs `jupyter-book build`; 
 OUT/book/_build/html/.
 
 The staged chapters differ from the stored ones in two ways, both plumbing a reader of the site
-should not meet: the Colab set-up cell is tagged ``remove-cell`` (it still runs on Colab), and the
-progress bars are dropped (a notebook stores a bar's first frame, "0%", which on a static page
-reads like a hang).
+should not meet: the Colab set-up cell is tagged ``remove-cell`` (it still runs on Colab), and what is
+left of a live progress bar is dropped: the empty display it cleared when it finished (the finished
+bar itself is printed below it and stays), or, in a notebook stored before course_utils.progress
+printed finished bars, the widget's first frame, "0%", which on a static page reads like a hang.
 """
 from __future__ import annotations
 
@@ -51,7 +52,10 @@ def title(path: Path) -> str:
 
 
 def is_progress_bar(output: dict) -> bool:
+    """A live bar's leftovers: the empty display it cleared on finishing, or an old widget's first frame."""
     data = output.get("data", {})
+    if output.get("output_type") == "display_data" and not any(str(v).strip() for v in data.values()):
+        return True
     return WIDGET in data and bool(PROGRESS.search(data.get("text/plain", "")))
 
 

@@ -74,8 +74,9 @@ def conclusion(run: Setup, rows: list[dict], summary: dict, cpu_cores: int) -> s
     n, ms = summary["ranks"], 1e3
     comm = (f"the all-reduce measured {summary['weak_comm_measured_s'] * ms:.1f} ms/step "
             f"(alpha-beta model {summary['weak_comm_model_s'] * ms:.1f} ms)")
-    compute = (f"one rank's compute {summary['weak_compute_s_1'] * ms:.1f} ms, "
-               f"with {n} ranks {summary['weak_compute_s_n'] * ms:.1f} ms")
+    one, many = summary["weak_compute_s_1"], summary["weak_compute_s_n"]
+    compute = (f"one rank's compute {one * ms:.1f} ms, with {n} ranks {many * ms:.1f} ms"
+               + ("" if many > 1.1 * one else ": no slow-down beyond 10 % this time"))
     if run.backend == "nccl":
         text = (f"why not 1.00: each of the {n} ranks has its own GPU and nccl moves the gradients between "
                 f"the GPUs, so the ranks share no compute ({compute}); what the step pays is the "
@@ -83,7 +84,7 @@ def conclusion(run: Setup, rows: list[dict], summary: dict, cpu_cores: int) -> s
     else:
         text = (f"why not 1.00: the {n} ranks are processes on this machine's {cpu_cores} CPU cores over gloo"
                 f"{run.note}: their all-reduce copies through loopback sockets on the same CPU cores that "
-                f"compute, so both compete ({compute}); {comm}")
+                f"compute, so the two compete ({compute}); {comm}")
     noisy = sum(r["compute_s"] > r["step_s"] for r in rows if r["ranks"] > 1)
     if noisy:
         text += (f"; in {noisy} row(s) the compute alone timed slower than the whole step: two separate "

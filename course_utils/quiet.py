@@ -11,6 +11,8 @@ line in a stored output makes strict nbval fail on the next machine. Two measure
 - :func:`strip_logs`: removes the lines that no variable silences (absl writes some before it reads
   its settings: ``TF_CPP_MIN_LOG_LEVEL=3`` still prints the oneDNN notice) from a subprocess's
   captured output. :data:`LOG_LINE` is the pattern; the tests check every stored output with it.
+- :func:`logs_removed`: the same for what C++ libraries write to file descriptors 1 and 2 while a
+  block runs (torch.profiler's kineto lines).
 - :func:`import_quietly`: imports a module in this process with those lines removed from what it
   writes to file descriptor 2 while it loads (TensorFlow, imported by a notebook's kernel: its
   oneDNN notice appears only on some CPUs, so a stored output must never contain it).
@@ -19,11 +21,13 @@ Errors are never hidden: a failing command's error message carries its raw outpu
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterator
 from types import ModuleType
 
 ENV: dict[str, str] = {
@@ -40,7 +44,8 @@ LOG_LINE = re.compile(
     r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\]"                        # absl/glog info, warning
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] \S+:\d+\]"                  # TensorFlow's own prefix
     r"|\[\d\d:\d\d:\d\d\] \S+\.(cc|h):\d+: "                                 # MXNet (dmlc) prefix
-    r"|\[Gloo\] )"
+    r"|\[Gloo\] "
+    r"|USDT:|STAGE:)"                                                        # kineto (torch.profiler)
 )
 """A line a framework's logger wrote (info or warning), recognised by its prefix."""
 
@@ -69,22 +74,50 @@ def strip_logs(text: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if not LOG_LINE.match(line))
 
 
+def _flush_c_streams() -> None:
+    """Push what C code has buffered in ``stdout``/``stderr`` (libc's FILE buffers) to the descriptors."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):   # no libc to ask (not Linux/macOS): nothing is buffered there
+        pass
+
+
+@contextlib.contextmanager
+def logs_removed() -> Iterator[None]:
+    """While the block runs, capture file descriptors 1 and 2 (where C++ libraries write, below
+    Python's ``sys.stdout``/``sys.stderr``) and pass on only the lines that are not framework log lines
+    (:data:`LOG_LINE`): TensorFlow's oneDNN notice on fd 2; kineto's "USDT: ... profiler_start" lines,
+    which it writes to fd 1 (through libc's buffer) at every ``torch.profiler`` run, whatever
+    ``KINETO_LOG_LEVEL`` says."""
+    streams = {1: sys.stdout, 2: sys.stderr}
+    for stream in streams.values():
+        stream.flush()
+    _flush_c_streams()
+    saved = {fd: os.dup(fd) for fd in streams}
+    captured = {fd: tempfile.TemporaryFile() for fd in streams}
+    for fd, file in captured.items():
+        os.dup2(file.fileno(), fd)
+    try:
+        yield
+    finally:
+        _flush_c_streams()
+        for fd, stream in streams.items():
+            os.dup2(saved[fd], fd)
+            os.close(saved[fd])
+            captured[fd].seek(0)
+            rest = strip_logs(captured[fd].read().decode(errors="replace"))
+            captured[fd].close()
+            if rest:
+                stream.write(rest)
+                stream.flush()
+
+
 def import_quietly(name: str) -> ModuleType:
-    """``importlib.import_module(name)``, with the framework log lines (:data:`LOG_LINE`) it writes to
-    file descriptor 2 while loading removed; any other line it writes there is passed on to stderr."""
+    """``importlib.import_module(name)``, with the framework log lines (:data:`LOG_LINE`) it writes
+    while loading removed (:func:`logs_removed`); any other line is passed on."""
     if name in sys.modules:
         return sys.modules[name]
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            return importlib.import_module(name)
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            rest = strip_logs(captured.read().decode(errors="replace"))
-            if rest:
-                sys.stderr.write(rest)
-                sys.stderr.flush()
+    with logs_removed():
+        return importlib.import_module(name)

@@ -107,3 +107,18 @@ def test_torchao_imports_without_a_word_after_course_utils_and_errors_still_show
     code = "import logging, course_utils; logging.getLogger('torchao').error('a real error')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "a real error" in out.stderr
+
+
+def test_logs_removed_drops_kineto_lines_and_keeps_the_rest():
+    """torch.profiler's kineto writes "USDT:... profiler_start" through libc's stdout buffer at every run."""
+    import subprocess
+    import sys
+
+    code = ("import os, torch\nfrom torch.profiler import profile\nfrom course_utils import quiet\n"
+            "with {wrap}profile():\n    torch.ones(3) + 1\n    os.write(2, b'a real error line\\n')\nprint('done')\n")
+    runs = {wrap: subprocess.run([sys.executable, "-c", code.format(wrap=wrap)], capture_output=True, text=True,
+                                 timeout=120) for wrap in ("", "quiet.logs_removed(), ")}
+    raw, quiet_run = runs[""], runs["quiet.logs_removed(), "]
+    assert "USDT:" in raw.stdout + raw.stderr          # the check can fail: the lines are there unfiltered
+    assert "USDT:" not in quiet_run.stdout + quiet_run.stderr
+    assert quiet_run.stdout.strip() == "done" and "a real error line" in quiet_run.stderr

@@ -6,15 +6,63 @@ and **workers** that train. Every process runs the same script; the environment 
 ``DMLC_PS_ROOT_URI``/``_PORT``, ``DMLC_NUM_SERVER``, ``DMLC_NUM_WORKER``) says which part it
 plays. A scheduler or server process runs its loop inside ``import mxnet`` and exits when the
 workers are done. :func:`run` starts all of them on 127.0.0.1 and kills and reaps them whatever
-happens. MXNet is not imported here (this module works in any environment).
+happens.
+
+Chapter 07's device decisions are small functions of the MXNet build's facts — whether it was
+built with CUDA (``mx.runtime.Features().is_enabled("CUDA")``) and how many GPUs it sees
+(``mx.context.num_gpus()``): :func:`data_parallel_contexts` and :func:`gpu_try`. MXNet is not
+imported here (this module works in any environment; the tests fake the facts).
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 from .scripts import LOCALHOST, free_port, require_script, run_commands
+
+GPU_NOT_ENABLED = "MXNetError: GPU is not enabled"   # a CPU build's last word on mx.gpu()
+
+
+def data_parallel_contexts(n: int, num_gpus: int) -> list[tuple[str, int]]:
+    """``n`` contexts to split a batch over, as (kind, index): ``n`` GPUs where MXNet sees that
+    many, else ``n`` CPU contexts (the same chip, separate copies and engine queues). Never fewer
+    than ``n``: comparing one context with "several" that are one would prove nothing.
+    Build them with ``getattr(mx, kind)(index)``."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        raise ValueError(f"n must be an integer >= 2 (contexts to compare with one), got {n!r}")
+    kind = "gpu" if num_gpus >= n else "cpu"
+    return [(kind, i) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class GpuTry:
+    """What a model initialised and run on ``mx.gpu()`` does: it ``runs`` (exit code 0), or the
+    process fails, with ``last_line`` as its last output line where that is known."""
+
+    runs: bool
+    last_line: str | None
+
+    def matches(self, returncode: int, last: str) -> bool:
+        """Whether a run that ended with ``returncode`` and last output line ``last`` did this."""
+        if self.runs:
+            return returncode == 0
+        return returncode != 0 and (self.last_line is None or last == self.last_line)
+
+
+def gpu_try(cuda_build: bool, num_gpus: int) -> GpuTry:
+    """What ``model.initialize(ctx=mx.gpu())`` and a forward pass do with this build and GPU count.
+
+    A CPU build (the pip wheel ``mxnet``) refuses with :data:`GPU_NOT_ENABLED` on any machine; a
+    CUDA build runs where it sees a GPU, and fails where it sees none (with a message from the
+    CUDA runtime, not checked here).
+    """
+    if not cuda_build and num_gpus:
+        raise ValueError(f"a CPU build of MXNet sees no GPUs, not {num_gpus}: check the facts")
+    if not cuda_build:
+        return GpuTry(runs=False, last_line=GPU_NOT_ENABLED)
+    return GpuTry(runs=num_gpus >= 1, last_line=None)
 
 
 def roles(workers: int, servers: int = 1) -> list[str]:

@@ -1,8 +1,8 @@
 """Running the seed articles' code where it fails, so the failure is shown *and* checked.
 
 ``with expect_error(TypeError): <the seed's code>`` runs the code unchanged, prints the error it
-raises and the line that raised it, and fails with an AssertionError if no such error happens. A
-notebook then stores a printed error instead of a traceback, so it also runs under papermill, which
+raises (without this machine's paths: :func:`portable`) and the line that raised it, and fails
+with an AssertionError if no such error happens. A notebook then stores a printed error instead of a traceback, so it also runs under papermill, which
 stops at any stored error.
 
 ``with expect_warning(FutureWarning) as caught: <the seed's code>`` does the same for a deprecated
@@ -12,10 +12,21 @@ categories. ``caught`` is the list of ``warnings.WarningMessage`` for further ch
 """
 from __future__ import annotations
 
+import os
+import re
 import traceback
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+SITE_PACKAGES = re.compile(r"/\S*?/(site|dist)-packages/")
+
+
+def portable(text: str) -> str:
+    """``text`` without this machine's paths: ".../site-packages/keras/..." becomes
+    "site-packages/keras/...", and files under the current folder are named relative to it
+    ("work/ch00_broken.py"), so a stored error message is the same on every machine."""
+    return SITE_PACKAGES.sub(r"\1-packages/", text).replace(os.getcwd() + os.sep, "")
 
 
 @contextmanager
@@ -29,7 +40,7 @@ def expect_error(*errors: type[BaseException]) -> Iterator[None]:
         frames = traceback.extract_tb(exc.__traceback__)
         line = next((f.line for f in reversed(frames) if "site-packages" not in f.filename
                      and "course_utils" not in f.filename), None)
-        print(f"{type(exc).__name__}: {exc}")
+        print(portable(f"{type(exc).__name__}: {exc}"))
         if line:
             print(f"  raised by: {line}")
     else:

@@ -45,3 +45,16 @@ def test_expect_warning_fails_without_the_expected_category():
     with pytest.raises(ValueError, match="name the warning category"):
         with expect_warning():
             pass
+
+
+def test_expect_error_prints_no_machine_path(tmp_path, monkeypatch, capsys):
+    """A stored error must read the same on every machine: no site-packages prefix, files relative."""
+    monkeypatch.chdir(tmp_path)
+    import_error = ImportError("cannot import name 'x' from 'keras.utils' (/opt/v/lib/python3.11/site-packages/k/u.py)")
+    with expect_error(ImportError):
+        raise import_error
+    with expect_error(FileNotFoundError):
+        raise FileNotFoundError(f'File "{tmp_path}/work/ch00_broken.py", line 3')
+    out = capsys.readouterr().out
+    assert "(site-packages/k/u.py)" in out and 'File "work/ch00_broken.py"' in out
+    assert "/opt/v" not in out and str(tmp_path) not in out

@@ -2,8 +2,8 @@
 
 ``with expect_error(TypeError): <the seed's code>`` runs the code unchanged, prints the error it
 raises (without this machine's paths: :func:`portable`) and the line that raised it, and fails
-with an AssertionError if no such error happens. A notebook then stores a printed error instead of a traceback, so it also runs under papermill, which
-stops at any stored error.
+with an AssertionError if no such error happens. A notebook then stores a printed error instead of
+a traceback, so it also runs under papermill, which stops at any stored error.
 
 ``with expect_warning(FutureWarning) as caught: <the seed's code>`` does the same for a deprecated
 API that still runs: it prints every warning the block raised (category and message, one per line,

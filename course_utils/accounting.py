@@ -17,7 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 BYTES_PER_PARAM_ADAM_MIXED = 2 + 2 + 4 + 4 + 4
-"""bf16 weights and gradients (2 + 2), fp32 master weights and Adam's two moments (4 + 4 + 4)."""
+"""ZeRO's split of mixed-precision Adam (Rajbhandari et al. 2019, arXiv:1910.02054, §3.1): 16-bit
+weights and gradients (2 + 2), fp32 master weights and Adam's two moments (4 + 4 + 4). PyTorch AMP
+and FSDP2's MixedPrecisionPolicy also reach 16, by another split: fp32 parameters and gradients
+and the two moments (4 + 4 + 4 + 4), the bf16 weights only temporary copies."""
+
+BYTES_PER_PARAM_MEGATRON_BF16 = 2 + 4 + 4 + 4 + 4
+"""Megatron-LM with bf16 parameters and fp32 "main" gradients: bf16 weights (2), fp32 gradients
+(4), fp32 master weights and Adam's moments (4 + 4 + 4) — 18, its distributed-optimizer table
+(https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html)."""
 
 
 def block_params(h: int, bias: bool = True) -> int:

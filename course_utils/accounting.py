@@ -17,7 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 BYTES_PER_PARAM_ADAM_MIXED = 2 + 2 + 4 + 4 + 4
-"""bf16 weights and gradients (2 + 2), fp32 master weights and Adam's two moments (4 + 4 + 4)."""
+"""ZeRO's split of mixed-precision Adam (Rajbhandari et al. 2019, arXiv:1910.02054, §3.1): 16-bit
+weights and gradients (2 + 2), fp32 master weights and Adam's two moments (4 + 4 + 4). PyTorch AMP
+and FSDP2's MixedPrecisionPolicy also reach 16, by another split: fp32 parameters and gradients
+and the two moments (4 + 4 + 4 + 4), the bf16 weights only temporary copies."""
+
+BYTES_PER_PARAM_MEGATRON_BF16 = 2 + 4 + 4 + 4 + 4
+"""Megatron-LM with bf16 parameters and fp32 "main" gradients: bf16 weights (2), fp32 gradients
+(4), fp32 master weights and Adam's moments (4 + 4 + 4) — 18, its distributed-optimizer table
+(https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html)."""
 
 
 def block_params(h: int, bias: bool = True) -> int:
@@ -53,9 +61,82 @@ def activation_bytes_megatron(s: int, b: int, h: int, a: int) -> int:
     return s * b * h * 34 + 5 * a * s * s * b
 
 
-def activation_bytes_block(s: int, b: int, h: int, a: int, element_bytes: int = 2) -> int:
+SDPA_BACKENDS = ("cpu_flash", "flash", "efficient", "cudnn", "math")
+"""The kernels behind ``scaled_dot_product_attention``: the CPU's fused kernel, and on CUDA
+FlashAttention-2, the memory-efficient (xFormers/CUTLASS) kernel, cuDNN's, and the unfused math."""
+
+SDPA_RNG_BYTES = {"cpu_flash": 0, "flash": 2 * 8 + 8, "efficient": 8 + 8, "cudnn": 8 + 8}
+"""Bytes of the dropout RNG state a fused kernel saves for backward, even with no dropout: the
+flash kernel a uint64 pair (seed, offset) plus an unused uint64 scalar, the efficient and cuDNN
+kernels an int64 seed and an int64 offset (PyTorch's meta functions for these ops,
+``torch/_meta_registrations.py``; tests/test_accounting.py checks them)."""
+
+
+def _dtype_name(dtype) -> str:
+    """"bfloat16" for torch.bfloat16 or "bfloat16"."""
+    return str(dtype).removeprefix("torch.")
+
+
+def sdpa_backend(device_type: str, dtype, capability: tuple[int, int] | None = None, head_dim: int = 64) -> str:
+    """The kernel PyTorch picks for this course's attention (causal, no mask, no dropout), from
+    device facts: ``device_type`` "cpu" or "cuda", ``dtype`` (a torch dtype or its name), a CUDA
+    GPU's compute ``capability`` (e.g. (9, 0), :mod:`course_utils.gpu_facts`) and ``head_dim`` = h/a.
+
+    PyTorch tries flash, then efficient, then math (``torch._C._get_sdp_priority_order()``; cuDNN's
+    kernel only when asked for with ``sdpa_kernel``). Flash needs Ampere (sm80) or newer, 16-bit
+    inputs and a head dimension up to 256; the efficient kernel runs float32 and float16 from sm50
+    and bfloat16 from sm80. Otherwise (a T4 or V100 in bfloat16): math.
+    """
+    name = _dtype_name(dtype)
+    if device_type == "cpu":
+        return "cpu_flash"
+    if device_type != "cuda":
+        raise ValueError(f"device_type must be 'cpu' or 'cuda', not {device_type!r}")
+    if capability is None:
+        raise ValueError("a CUDA device needs its compute capability, e.g. gpu_facts.KNOWN['H100'].capability")
+    if capability >= (8, 0) and name in ("float16", "bfloat16") and head_dim <= 256:
+        return "flash"
+    if capability >= (5, 0) and (name in ("float32", "float16") or (name == "bfloat16" and capability >= (8, 0))):
+        return "efficient"
+    return "math"
+
+
+def sdpa_backend_here(device, dtype, head_dim: int) -> str:
+    """:func:`sdpa_backend` for ``device`` ("cpu", "cuda", a torch.device) of this machine, its
+    capability read from :func:`course_utils.gpu_facts.current` (the GPU single-process cells use)."""
+    from course_utils import gpu_facts
+
+    device_type = str(device).split(":")[0]
+    gpu = gpu_facts.current() if device_type == "cuda" else None
+    return sdpa_backend(device_type, dtype, gpu.capability if gpu else None, head_dim)
+
+
+def sdpa_saved_stat_bytes(s: int, b: int, a: int, backend: str) -> int:
+    """Bytes a fused attention kernel saves for backward besides q, k, v and its output: the
+    log-sum-exp per head and position (float32; the efficient kernel pads s up to a multiple of
+    32) and, on CUDA, the dropout RNG state (:data:`SDPA_RNG_BYTES`). The math kernel keeps the
+    a·s²·b attention probabilities instead: not covered (ValueError)."""
+    if backend not in SDPA_RNG_BYTES:
+        raise ValueError(f"backend {backend!r}: this count covers the fused kernels {sorted(SDPA_RNG_BYTES)}; "
+                         "the math kernel keeps the s×s attention probabilities")
+    positions = -(-s // 32) * 32 if backend == "efficient" else s
+    return a * positions * b * 4 + SDPA_RNG_BYTES[backend]
+
+
+def layernorm_stat_bytes(device_type: str, dtype) -> int:
+    """Bytes of each LayerNorm statistic (mean, 1/std) per row: in the input's dtype on the CPU, in
+    float32 (the accumulation type) for 16-bit inputs on CUDA — as ``torch._refs.native_layer_norm``
+    writes the rule."""
+    size = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}[_dtype_name(dtype)]
+    return size if device_type == "cpu" else max(size, 4)
+
+
+def activation_bytes_block(s: int, b: int, h: int, a: int, element_bytes: int = 2, *,
+                           device_type: str = "cpu", backend: str | None = None) -> int:
     """The same count adapted, term by term, to a :class:`~course_utils.gpt.Block` (no dropout, a
-    fused attention kernel that keeps no s×s scores), in activations of ``element_bytes`` each:
+    fused attention kernel that keeps no s×s scores), in activations of ``element_bytes`` each
+    (4: float32, 2: bfloat16), on ``device_type`` "cpu" or "cuda" with the SDPA ``backend`` of
+    :func:`sdpa_backend` (default: the CPU's fused kernel on "cpu", flash on "cuda"):
 
     - each LayerNorm's input (2 × sbh) and output, which feeds q/k/v and fc (2 × sbh);
     - q, k, v (3 sbh) and the attention output (sbh), which the fused kernel keeps and which is
@@ -65,10 +146,26 @@ def activation_bytes_block(s: int, b: int, h: int, a: int, element_bytes: int = 
     - the MLP's fc output (4 sbh, GELU's input) and GELU's output (4 sbh, proj's input);
     - no dropout masks (Megatron's 2 sbh bytes).
 
-    That is 16 sbh activations, plus small statistics: each LayerNorm's mean and 1/std (2 sb each,
-    in the activation dtype on CPU) and the attention's log-sum-exp per head (a·s·b, float32).
+    That is 16 sbh activations, plus small statistics, which depend on the device and the kernel:
+
+    - each LayerNorm's mean and 1/std, 2 sb values each (:func:`layernorm_stat_bytes`: the
+      activation dtype on the CPU, float32 on CUDA);
+    - the attention's log-sum-exp per head and position, float32: a·s·b values (the efficient
+      kernel pads s up to a multiple of 32), and the RNG seed and offset the CUDA kernels keep for
+      dropout, even at p = 0 (:func:`sdpa_saved_stat_bytes`, a few bytes).
+
+    The math kernel keeps the a·s²·b attention probabilities instead: not this formula (ValueError);
+    nor is a head dimension h/a that is not a multiple of 8 on CUDA (the kernels pad copies of q, k, v).
     """
-    return 16 * s * b * h * element_bytes + 2 * 2 * s * b * element_bytes + a * s * b * 4
+    backend = backend or ("cpu_flash" if device_type == "cpu" else "flash")
+    if (backend == "cpu_flash") != (device_type == "cpu"):
+        raise ValueError(f"backend {backend!r} does not run on {device_type!r}")
+    if device_type != "cpu" and (h // a) % 8:
+        raise ValueError(f"head dimension {h // a}: the CUDA kernels pad it to a multiple of 8, copies "
+                         "this formula does not count")
+    dtype = {4: "float32", 2: "bfloat16", 8: "float64"}[element_bytes]
+    return (16 * s * b * h * element_bytes + 2 * 2 * s * b * layernorm_stat_bytes(device_type, dtype)
+            + sdpa_saved_stat_bytes(s, b, a, backend))
 
 
 def count_flops(fn: Callable[[], object]) -> int:

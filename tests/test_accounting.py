@@ -71,3 +71,93 @@ def test_saved_bytes_count_what_a_saved_tensors_hook_keeps():
     assert accounting.saved_activation_bytes(lambda: (x @ w).relu().sum(), [w], hooks=halves) == plain
     first_row = (lambda t: t[:1].clone(), lambda t: t)                         # keeps 1/32 of x
     assert accounting.saved_activation_bytes(lambda: (x @ w).sum(), [w], hooks=first_row) == 64 * 4
+
+
+# --- issue 38 (item 1): the saved-bytes formula follows the device, the dtype and the SDPA kernel ---
+CUDA_CHOICES = {  # (card, dtype) -> the kernel PyTorch picks for causal attention, head dimension 64
+    ("T4", "float32"): "efficient", ("T4", "bfloat16"): "math",
+    ("V100", "float32"): "efficient", ("V100", "bfloat16"): "math",
+    ("A100", "float32"): "efficient", ("A100", "bfloat16"): "flash",
+    ("L4", "float32"): "efficient", ("L4", "bfloat16"): "flash",
+    ("H100", "float32"): "efficient", ("H100", "bfloat16"): "flash",
+}
+
+
+@pytest.mark.parametrize("card, dtype", sorted(CUDA_CHOICES))
+def test_sdpa_backend_is_decided_from_the_gpus_capability_and_dtype(card, dtype):
+    from course_utils.gpu_facts import KNOWN
+
+    assert accounting.sdpa_backend("cuda", dtype, KNOWN[card].capability, head_dim=64) == CUDA_CHOICES[card, dtype]
+    assert accounting.sdpa_backend("cpu", dtype) == "cpu_flash"
+
+
+@pytest.mark.parametrize("count", [1, 2, 8])
+@pytest.mark.parametrize("card, dtype", sorted(CUDA_CHOICES))
+def test_sdpa_backend_here_reads_the_faked_gpu(monkeypatch, card, dtype, count):
+    from fake_cuda import fake_cuda
+
+    fake_cuda(monkeypatch, card, count=count)
+    assert accounting.sdpa_backend_here("cuda", getattr(torch, dtype), 64) == CUDA_CHOICES[card, dtype]
+    assert accounting.sdpa_backend_here(torch.device("cuda", 0), dtype, 64) == CUDA_CHOICES[card, dtype]
+    assert accounting.sdpa_backend_here("cpu", dtype, 64) == "cpu_flash"
+
+
+def test_cuda_bf16_and_cpu_fp32_formulas_differ_by_the_statistics_only():
+    s, b, h, a = 64, 8, 64, 4
+    cpu_fp32 = 16 * s * b * h * 4 + 4 * s * b * 4 + a * s * b * 4
+    assert accounting.activation_bytes_block(s, b, h, a, 4) == cpu_fp32
+    assert accounting.activation_bytes_block(s, b, h, a, 4, device_type="cpu") == cpu_fp32
+    cpu_bf16 = 16 * s * b * h * 2 + 4 * s * b * 2 + a * s * b * 4
+    assert accounting.activation_bytes_block(s, b, h, a, 2) == cpu_bf16
+    # CUDA: LayerNorm statistics in float32, and flash keeps its RNG seed and offset (24 bytes)
+    cuda_bf16 = 16 * s * b * h * 2 + 4 * s * b * 4 + a * s * b * 4 + 24
+    assert accounting.activation_bytes_block(s, b, h, a, 2, device_type="cuda", backend="flash") == cuda_bf16
+    # fp32 on CUDA runs the efficient kernel: log-sum-exp padded to 32 positions, 16 bytes of RNG state
+    s = 50
+    cuda_fp32 = 16 * s * b * h * 4 + 4 * s * b * 4 + a * 64 * b * 4 + 16
+    assert accounting.activation_bytes_block(s, b, h, a, 4, device_type="cuda", backend="efficient") == cuda_fp32
+
+
+def test_the_formula_refuses_what_it_does_not_cover():
+    with pytest.raises(ValueError, match="math kernel"):
+        accounting.activation_bytes_block(64, 1, 64, 4, 2, device_type="cuda", backend="math")
+    with pytest.raises(ValueError, match="multiple of 8"):
+        accounting.activation_bytes_block(64, 1, 48, 4, 2, device_type="cuda", backend="flash")
+    with pytest.raises(ValueError, match="does not run"):
+        accounting.activation_bytes_block(64, 1, 64, 4, 2, device_type="cpu", backend="flash")
+
+
+@pytest.mark.parametrize("s", [64, 50])
+@pytest.mark.parametrize("backend", ["flash", "efficient", "cudnn"])
+def test_attention_statistics_match_pytorchs_own_kernels_shapes(backend, s):
+    """PyTorch's meta functions give each CUDA kernel's outputs (shapes and dtypes) without a GPU:
+    the log-sum-exp and the RNG seed and offset it saves for backward must add up to the formula."""
+    b, a, hd = 2, 4, 16
+    q, k, v = (torch.empty(b, s, a, hd, device="meta", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
+    ops = torch.ops.aten
+    if backend == "flash":
+        _, lse, _, _, _, _, seed, offset, _ = ops._scaled_dot_product_flash_attention(q, k, v, 0.0, True)
+    elif backend == "efficient":
+        _, lse, seed, offset = ops._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, True)
+    else:
+        _, lse, _, _, _, _, seed, offset, _ = ops._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True)
+    kept = sum(t.numel() * t.element_size() for t in (lse, seed, offset))
+    assert lse.dtype == torch.float32 and kept == accounting.sdpa_saved_stat_bytes(s, b, a, backend)
+
+
+def test_the_cpu_kernel_keeps_a_float32_log_sum_exp_only():
+    b, s, a, hd = 2, 64, 4, 16
+    q, k, v = (torch.randn(b, s, a, hd, dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
+    assert lse.dtype == torch.float32 and lse.numel() * 4 == accounting.sdpa_saved_stat_bytes(s, b, a, "cpu_flash")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layernorm_statistics_dtype_follows_pytorchs_rule(dtype):
+    """torch._refs.native_layer_norm writes the rule: the input's dtype on the CPU, the accumulation
+    dtype (float32) elsewhere — a meta tensor takes the non-CPU path, as a CUDA one does."""
+    w, bias = torch.ones(8, dtype=dtype), torch.zeros(8, dtype=dtype)
+    for device, device_type in (("cpu", "cpu"), ("meta", "cuda")):
+        x = torch.empty(3, 8, dtype=dtype, device=device)
+        _, mean, rstd = torch._refs.native_layer_norm(x, [8], w.to(device), bias.to(device), 1e-5)
+        assert mean.element_size() == rstd.element_size() == accounting.layernorm_stat_bytes(device_type, dtype)

@@ -46,7 +46,8 @@ def long_code_cells(nb) -> list[tuple[int, int]]:
 def test_no_code_cell_is_longer_than_60_lines(path):
     long = long_code_cells(nbformat.read(path, as_version=4))
     assert not long, (f"code cells over {MAX_CELL_LINES} lines (cell index, lines): {long}; split a worker module "
-                      "with %%writefile -a, or into modules shown where each is taught")
+                      "into %%writefile parts joined by one cell (re-running any cell stays safe), or into modules "
+                      "shown where each is taught")
 
 
 def test_the_cell_length_check_finds_a_long_cell():

@@ -69,6 +69,26 @@ def workdir(path: str | os.PathLike = "work") -> Path:
     return folder
 
 
+def join_parts(name: str, parts: int, folder: str | os.PathLike = "work") -> Path:
+    """Write ``folder/name.py`` from ``name_part1.py`` .. ``name_part{parts}.py`` and return its path.
+
+    A worker script too long for one cell is written in parts, each by its own ``%%writefile`` cell
+    (never ``%%writefile -a``, which adds a second copy when a reader re-runs the cell); this join
+    rewrites the whole script every time, so any cell can be re-run. Prints the result in one line.
+    """
+    folder = Path(folder)
+    texts = []
+    for i in range(1, parts + 1):
+        part = folder / f"{name}_part{i}.py"
+        if not part.exists():
+            raise FileNotFoundError(f"{part} is missing: run the %%writefile cell that writes part {i} first")
+        texts.append(part.read_text().strip("\n"))
+    script = folder / f"{name}.py"
+    script.write_text("\n\n\n".join(texts) + "\n")
+    print(f"{folder.name}/{script.name}: parts 1-{parts} joined, {len(script.read_text().splitlines())} lines")
+    return script
+
+
 # --------------------------------------------------------------------------------------------
 # run(): N processes in one process group
 # --------------------------------------------------------------------------------------------

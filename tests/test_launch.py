@@ -206,3 +206,15 @@ def test_stop_forkserver_frees_it_and_run_starts_a_new_one():
     assert not [pid for pid, cmd in scripts.descendants().items() if "forkserver" in cmd]
     assert launch.stop_forkserver() is False
     assert launch.run(workers.no_group, 1, backend=None, output="none")[0][0] is False
+
+
+def test_join_parts_rewrites_the_whole_script(tmp_path, capsys):
+    from course_utils.launch import join_parts
+
+    (tmp_path / "w_part1.py").write_text("import os\n")
+    (tmp_path / "w_part2.py").write_text("\ndef main():\n    return os.sep\n")
+    first = join_parts("w", 2, tmp_path).read_text()
+    assert join_parts("w", 2, tmp_path).read_text() == first == "import os\n\n\ndef main():\n    return os.sep\n"
+    assert f"{tmp_path.name}/w.py: parts 1-2 joined, 5 lines" in capsys.readouterr().out
+    with pytest.raises(FileNotFoundError, match="part 3 first"):
+        join_parts("w", 3, tmp_path)

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Sequence
@@ -20,9 +21,28 @@ from . import placement, quiet
 from .ports import LOCALHOST, free_port  # noqa: F401 - re-exported: the launchers' ports
 from .progress import Waiting
 
+COURSE_ROOT = Path(__file__).resolve().parents[1]
+"""The folder that holds course_utils: the repository root, or site-packages when installed."""
+
+
+def course_pythonpath() -> str | None:
+    """``PYTHONPATH`` for a child process that must import this very course_utils, or None when
+    the child finds it anyway (it is installed in site-packages).
+
+    On Colab the course is a folder put on the kernel's ``sys.path`` by the set-up cell; a new
+    process does not inherit ``sys.path``, so without this ``python -m course_utils.tfcluster``, a
+    ``torchrun`` script or a rank's own subprocess could not ``import course_utils``. The folder is
+    put first (before an older installed copy) and the existing ``PYTHONPATH`` kept after it.
+    """
+    if str(COURSE_ROOT) in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        return os.environ.get("PYTHONPATH")
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(COURSE_ROOT)]
+    return os.pathsep.join([str(COURSE_ROOT), *rest])
+
 
 def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]:
-    """Environment variables that keep distributed runs on loopback and quiet (:data:`quiet.ENV`).
+    """Environment variables that keep distributed runs on loopback and quiet (:data:`quiet.ENV`),
+    and let every process import this course_utils (:func:`course_pythonpath`).
 
     ``threads`` is the OpenMP/MKL thread count per process (1 rank per core is the rule on CPU).
     """
@@ -35,6 +55,9 @@ def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]
     }
     if master_port is not None:
         env["MASTER_PORT"] = str(master_port)
+    path = course_pythonpath()
+    if path:
+        env["PYTHONPATH"] = path
     return env
 
 

@@ -8,7 +8,9 @@ chapter (pinned as in requirements.txt), puts the course on the kernel's ``sys.p
 torchrun scripts, TensorFlow cluster tasks, ``!python work/x.py``) import the same course_utils,
 and changes into notebooks/. Anywhere else it does nothing and prints nothing.
 
-Only cell 1's source changes; its id and metadata are kept, its (empty) outputs cleared.
+Only cell 1's source changes: its id, metadata, execution count and (empty) outputs are kept, since
+outside Colab the old and the new cell alike do nothing, so no chapter needs re-executing for it
+(CI's nbval still runs the new cell and compares its outputs: none).
 tools/badges.py writes the same text (its ``colab_cell`` calls :func:`colab_cell`), and
 tests/test_notebook_anatomy.py checks that every chapter carries it.
 tools/colab_reproduction.sh runs chapters through this cell in a Colab-like environment.
@@ -84,9 +86,11 @@ def rewrite(path: Path, source: str) -> bool:
     cell = nb.cells[1]
     if cell.cell_type != "code" or not cell.source.startswith(COLAB_MARK):
         raise SystemExit(f"{path.name}: cell 1 is not the Colab set-up cell; run tools/badges.py first")
+    if cell.outputs:
+        raise SystemExit(f"{path.name}: the Colab set-up cell has outputs; outside Colab it must print nothing")
     if cell.source == source:
         return False
-    cell.source, cell.execution_count, cell.outputs = source, None, []
+    cell.source = source   # its execution count stays: here it ran, and runs, as a no-op (nbval re-checks it)
     nbformat.write(nb, path)
     return True
 

@@ -49,5 +49,5 @@ sort "$HOME_DIR/results.jsonl" | "$VENV/bin/python" -c '
 import json, sys
 rows = [json.loads(line) for line in sys.stdin]
 for r in rows:
-    print(f"{r[\"chapter\"]}  {\"ran to the end\" if r[\"ok\"] else \"FAILED\":14}  {r[\"seconds\"]:7.1f} s")
+    print("%s  %-14s  %7.1f s" % (r["chapter"], "ran to the end" if r["ok"] else "FAILED", r["seconds"]))
 sys.exit(0 if rows and all(r["ok"] for r in rows) else 1)'

@@ -32,9 +32,11 @@ def course(tmp_path: Path) -> Path:
     return home
 
 
-def run_parent(course: Path, body: str, timeout_s: float = 180.0) -> dict:
-    """Run ``body`` in a fresh Python whose sys.path (only) has ``course``; return the JSON it prints last."""
-    code = f"import json, sys\nsys.path.insert(0, {str(course)!r})\n" + textwrap.dedent(body)
+def run_parent(course: Path, body: str, timeout_s: float = 180.0, **values) -> dict:
+    """Run ``body`` in a fresh Python whose sys.path (only) has ``course``, with ``values`` as
+    variables; return the JSON it prints last."""
+    code = (f"import json, sys\nsys.path.insert(0, {str(course)!r})\n"
+            + "".join(f"{name} = {value!r}\n" for name, value in values.items()) + textwrap.dedent(body))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=course / "notebooks", env=env,
                           capture_output=True, text=True, timeout=timeout_s)
@@ -56,17 +58,20 @@ def test_run_command_child_imports_the_parents_course_utils(course):
     assert out["child"] == str(course / "course_utils" / "__init__.py")
 
 
-def test_tfcluster_tasks_import_the_parents_course_utils(course):
+@pytest.mark.parametrize("own_path", [False, True], ids=["env", "env-with-own-PYTHONPATH"])
+def test_tfcluster_tasks_import_the_parents_course_utils(course, own_path):
     """tfcluster starts each task as ``python -m course_utils.tfcluster``: that module, and the task
-    script's own ``import course_utils``, must be the parent's copy."""
+    script's own ``import course_utils``, must be the parent's copy, also when the caller passes
+    its own PYTHONPATH (chapters 05 and 06 pass ``env={"PYTHONPATH": str(WORK)}``)."""
     (course / "notebooks" / "task.py").write_text(
         "import json, os\nimport course_utils, course_utils.tfcluster as t\n"
         "print(json.dumps([course_utils.__file__, t.__file__, json.loads(os.environ['TF_CONFIG'])['task']]))\n")
     out = run_parent(course, """
         from course_utils import tfcluster
-        done = tfcluster.run("task.py", tfcluster.cluster_spec(workers=2), timeout_s=60)
+        env = {"PYTHONPATH": "work"} if own_path else None
+        done = tfcluster.run("task.py", tfcluster.cluster_spec(workers=2), timeout_s=60, env=env)
         print(json.dumps({"tasks": [json.loads(r.stdout.strip().splitlines()[-1]) for r in done]}))
-    """)
+    """, own_path=own_path)
     pkg = course / "course_utils"
     assert out["tasks"] == [[str(pkg / "__init__.py"), str(pkg / "tfcluster.py"), {"type": "worker", "index": i}]
                             for i in range(2)]
@@ -106,7 +111,7 @@ def test_course_path_is_not_added_for_an_installed_package(monkeypatch):
     assert "PYTHONPATH" not in scripts.safe_env()
     monkeypatch.setattr(scripts, "COURSE_ROOT", Path("/content/course"))
     assert scripts.safe_env()["PYTHONPATH"] == "/content/course"
-    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
-    assert scripts.safe_env()["PYTHONPATH"] == os.pathsep.join(["/content/course", "/elsewhere"])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/content/course", "/elsewhere"]))
-    assert scripts.safe_env()["PYTHONPATH"] == os.pathsep.join(["/content/course", "/elsewhere"])
+    monkeypatch.setenv("PYTHONPATH", "/env/python")          # Colab's own
+    assert scripts.safe_env()["PYTHONPATH"] == os.pathsep.join(["/env/python", "/content/course"])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/content/course", "/env/python"]))
+    assert scripts.safe_env()["PYTHONPATH"] == os.pathsep.join(["/content/course", "/env/python"])

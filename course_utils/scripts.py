@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Sequence
@@ -20,9 +21,38 @@ from . import placement, quiet
 from .ports import LOCALHOST, free_port  # noqa: F401 - re-exported: the launchers' ports
 from .progress import Waiting
 
+COURSE_ROOT = Path(__file__).resolve().parents[1]
+"""The folder that holds course_utils: the repository root, or site-packages when installed."""
+
+
+def course_pythonpath(path: str | None = None) -> str | None:
+    """``path`` (a ``PYTHONPATH``; default: this process's) with the folder that holds this very
+    course_utils added, so that a child process imports it; unchanged when course_utils is installed
+    in site-packages (every child finds it there already).
+
+    On Colab the course is a folder put on the kernel's ``sys.path`` by the set-up cell; a new
+    process does not inherit ``sys.path``, so without this ``python -m course_utils.tfcluster``, a
+    ``torchrun`` script or a rank's own subprocess could not ``import course_utils``. The folder
+    goes after the entries already there (a caller's ``work/`` folder keeps its precedence), and
+    like them before site-packages, so an older installed copy does not win.
+    """
+    path = os.environ.get("PYTHONPATH") if path is None else path
+    if str(COURSE_ROOT) in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        return path or None
+    entries = [p for p in (path or "").split(os.pathsep) if p]
+    return os.pathsep.join(entries if str(COURSE_ROOT) in entries else [*entries, str(COURSE_ROOT)])
+
+
+def _importable(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with :func:`course_pythonpath` applied to its ``PYTHONPATH`` (a caller's own
+    ``PYTHONPATH``, e.g. ``{"PYTHONPATH": work}``, must not hide course_utils)."""
+    path = course_pythonpath(env.get("PYTHONPATH", ""))
+    return {**env, "PYTHONPATH": path} if path else env
+
 
 def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]:
-    """Environment variables that keep distributed runs on loopback and quiet (:data:`quiet.ENV`).
+    """Environment variables that keep distributed runs on loopback and quiet (:data:`quiet.ENV`),
+    and let every process import this course_utils (:func:`course_pythonpath`).
 
     ``threads`` is the OpenMP/MKL thread count per process (1 rank per core is the rule on CPU).
     """
@@ -35,6 +65,9 @@ def safe_env(threads: int = 1, master_port: int | None = None) -> dict[str, str]
     }
     if master_port is not None:
         env["MASTER_PORT"] = str(master_port)
+    path = course_pythonpath()
+    if path:
+        env["PYTHONPATH"] = path
     return env
 
 
@@ -89,7 +122,7 @@ def run_command(cmd: Sequence[str], *, timeout_s: float = 120.0, env: dict[str, 
     """
     if progress:
         return run_commands([cmd], timeout_s=timeout_s, env=env, cwd=cwd, check=check, progress=progress)[0]
-    full_env = {**os.environ, **safe_env(), **(env or {})}
+    full_env = _importable({**os.environ, **safe_env(), **(env or {})})
     proc = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, env=full_env, cwd=cwd,
                             start_new_session=True)
@@ -184,7 +217,7 @@ def run_commands(cmds: Sequence[Sequence[str]], *, timeout_s: float = 120.0, env
     base_env = {**os.environ, **safe_env(), **(env or {})}
     logs = [tempfile.TemporaryFile("w+") for _ in cmds]
     procs = [subprocess.Popen(list(map(str, c)), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              text=True, env={**base_env, **(envs[i] if envs else {})}, cwd=cwd,
+                              text=True, env=_importable({**base_env, **(envs[i] if envs else {})}), cwd=cwd,
                               start_new_session=True) for i, (c, log) in enumerate(zip(cmds, logs))]
     deadline = time.monotonic() + timeout_s
     failed: int | None = None

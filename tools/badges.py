@@ -9,13 +9,15 @@ repository, change it there and re-run this script. Each badge opens the noteboo
 Binder (mybinder.org builds binder/: CPU-only, 1-2 GB) in JupyterLab, Colab from GitHub's copy.
 
 Colab has PyTorch, TensorFlow, Keras and JAX already, but not this repository: the setup cell
-(second cell of every chapter) clones it, puts course_utils on the path, changes into notebooks/
-and installs the few pinned packages a chapter needs that Colab lacks. Anywhere else it does
+(second cell of every chapter, written by tools/colab_setup_cell.py) clones it, puts course_utils on
+the path of the kernel and of the processes it starts, changes into notebooks/ and installs the few
+pinned packages a chapter needs that Colab lacks. Anywhere else it does
 nothing and prints nothing, so the stored outputs and the tests are unaffected.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -27,13 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 BADGE_LINE = re.compile(r"^\[!\[Open in Binder\].*\n?", re.M)
 COLAB_MARK = "# Colab only:"
-# packages a chapter needs that Colab does not ship (names as in requirements.txt)
-COLAB_EXTRAS = {"08": ["onnx", "onnxruntime", "onnxscript"]}
-# chapters that cannot run on Colab, and why (their setup cell says so and stops)
-COLAB_UNSUPPORTED = {
-    "07": "Chapter 07 needs MXNet 1.9.1 with NumPy < 1.24, which Colab's Python cannot install. "
-          "Open it with the Binder badge or run `make lab`.",
-}
+# the set-up cell's text, and which chapters install what on Colab, live in tools/colab_setup_cell.py
+_spec = importlib.util.spec_from_file_location("colab_setup_cell", Path(__file__).with_name("colab_setup_cell.py"))
+colab_setup_cell = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(colab_setup_cell)
 
 
 def repository() -> str:
@@ -60,29 +59,8 @@ def pins() -> dict[str, str]:
 
 
 def colab_cell(path: Path, repo: str) -> str:
-    """Source of the chapter's Colab setup cell."""
-    number = path.name[:2]
-    if number in COLAB_UNSUPPORTED:
-        return (f"{COLAB_MARK} this chapter does not run there.\n# Elsewhere this cell does nothing.\n"
-                "import sys\n\n"
-                'if "google.colab" in sys.modules:\n'
-                f"    raise RuntimeError(\n        {COLAB_UNSUPPORTED[number]!r})")
-    extras = [f"{name}=={pins()[name]}" for name in COLAB_EXTRAS.get(number, [])]
-    quoted = ", ".join(f'"{e}"' for e in extras)
-    install = (f'        subprocess.run([sys.executable, "-m", "pip", "install", "-q", {quoted}], check=True)\n'
-               if extras else "")
-    return (f"{COLAB_MARK} fetch the course (course_utils, worker files) and what Colab lacks.\n"
-            "# Elsewhere this cell does nothing.\n"
-            "import sys\n\n"
-            'if "google.colab" in sys.modules:\n'
-            "    import os\n"
-            "    import subprocess\n"
-            f'    REPO, HOME = "https://github.com/{repo}", "/content/course"\n'
-            "    if not os.path.isdir(HOME):\n"
-            '        subprocess.run(["git", "clone", "-q", "--depth=1", REPO, HOME], check=True)\n'
-            f"{install}"
-            "    sys.path.insert(0, HOME)\n"
-            '    os.chdir(f"{HOME}/notebooks")')
+    """Source of the chapter's Colab setup cell (:func:`colab_setup_cell.colab_cell`)."""
+    return colab_setup_cell.colab_cell(path.name[:2], repo, pins())
 
 
 def stamp(path: Path, repo: str) -> bool:

@@ -129,7 +129,7 @@ class RingAttention(torch.autograd.Function):
         mine, c = chunk_ids(layout, rank, world_size), q.shape[-2] // 2
         B, H, T, hd = q.shape   # running output, in the (B, T, heads, hd) layout fused kernels write
         out = q.new_zeros(B, T, H, hd, dtype=_accumulate(q)).transpose(1, 2)   # (heads merge: no copy)
-        lse = torch.full(q.shape[:-1], -math.inf, dtype=out.dtype)
+        lse = q.new_full(q.shape[:-1], -math.inf, dtype=out.dtype)   # on q's device (a GPU rank's too)
         kv = torch.stack([k, v])
         for step in range(world_size):
             if step < world_size - 1:

@@ -71,3 +71,13 @@ def test_ring_attention_in_float32_and_bfloat16_accumulates_in_float32():
     assert max(max(e) for e in errors32) < 1e-5
     errors16 = launch.run(workers.ring_attention_vs_sdpa, 2, args=("zigzag", "bfloat16"), output="none")
     assert max(max(e) for e in errors16) < 0.05          # bf16 rounding of inputs and outputs only
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_ring_attention_keeps_every_tensor_on_q_s_device(layout):
+    """On a GPU rank the running log-sum-exp was created on the CPU ("Expected all tensors to be on the
+    same device"); the meta device stands in for a GPU: any CPU tensor mixed in raises the same way."""
+    q = torch.randn(1, 2, 8, 4, device="meta", requires_grad=True)
+    out = cp.RingAttention.apply(q, q.detach(), q.detach(), layout, None)
+    out.sum().backward()
+    assert out.device.type == q.grad.device.type == "meta"

@@ -181,9 +181,10 @@ def stage_ids(schedule: str, pp_rank: int, pp: int) -> list[int]:
 def make_schedule(schedule: str, stages: list, n_microbatches: int, loss_fn):
     """``torch.distributed.pipelining``'s ``schedule`` over this rank's ``PipelineStage``s.
 
-    Refuses, with the reason, the microbatch counts that hang instead of failing: 1F1B and the
-    looped schedules with fewer microbatches than pipeline ranks (torchtitan#775), DualPipeV with
-    fewer than stages."""
+    Refuses, with the layout and the reason, too few microbatches for the schedule: 1F1B and the
+    looped schedules need one per pipeline rank, DualPipeV one per stage. With fewer, older PyTorch
+    waited forever (torchtitan#775); torch 2.13 refuses 1F1B and DualPipeV itself, this check covers
+    every schedule the same way, before a stage is built."""
     import torch.distributed as dist
     import torch.distributed.pipelining as pipelining
     from torch.torch_version import TorchVersion
@@ -194,8 +195,8 @@ def make_schedule(schedule: str, stages: list, n_microbatches: int, loss_fn):
     need = n_stages if schedule == "ScheduleDualPipeV" else (1 if schedule == "ScheduleGPipe" else n_ranks)
     if n_microbatches < need:
         raise ValueError(f"{schedule} on {n_ranks} pipeline ranks ({n_stages} stages) needs at least {need} "
-                         f"microbatches, got {n_microbatches}: with fewer it waits forever for a microbatch "
-                         f"that never comes")
+                         f"microbatches, got {n_microbatches}: with fewer a rank waits for a microbatch that "
+                         f"never comes")
     old_torch = TorchVersion(torch.__version__) < (2, 12)
     if schedule in V_SHAPED and old_torch and dist.get_backend(stages[0].group) == "gloo":
         raise RuntimeError(f"{schedule} over gloo needs a torch newer than {torch.__version__}: up to 2.11 the "

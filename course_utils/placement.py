@@ -220,19 +220,14 @@ def simulated_node_gpus(nnodes: int, nproc_per_node: int, gpus: int | None = Non
 
 
 def data_parallel_device_ids(plan: Plan) -> list[int] | None:
-    """``device_ids`` for ``nn.DataParallel`` under ``plan``: every GPU when cells run on CUDA, None
-    when there is no GPU (DataParallel then calls the module unchanged).
+    """``device_ids`` for ``nn.DataParallel``: every GPU CUDA shows, else None (no GPU: DataParallel then
+    calls the module unchanged, on the CPU).
 
-    DataParallel has no CPU mode once CUDA is visible (it takes every GPU; ``device_ids=[]`` fails),
-    so ``COURSE_PROFILE=cpu`` on a machine with GPUs raises a ValueError that says how to hide them.
+    Every GPU even under ``COURSE_PROFILE=cpu``: DataParallel has no CPU mode once CUDA is visible (it
+    takes every GPU by default, and ``device_ids=[]`` fails), so the module must go to ``cuda:0``. Only
+    hiding the GPUs (``CUDA_VISIBLE_DEVICES=``) keeps it on the CPU.
     """
-    if plan.device == "cuda":
-        return list(range(plan.gpus))
-    if plan.gpus_unused:
-        raise ValueError(f"COURSE_PROFILE=cpu, but nn.DataParallel would take the {_count(plan.gpus, 'GPU')} "
-                         "CUDA shows (it has no CPU mode once CUDA is visible). Hide them to run it on the "
-                         "CPU: start Jupyter with CUDA_VISIBLE_DEVICES= , or unset COURSE_PROFILE.")
-    return None
+    return list(range(plan.gpus)) if plan.gpus else None
 
 
 def seed_data_parallel_error(gpus: int) -> type[Exception]:

@@ -30,17 +30,18 @@ def test_header_runtime_agrees_with_readme(path):
                                 "Run tools/run_notebooks.py --headers")
 
 
-def test_runtime_phrase_rounds_to_5_s_then_to_the_minute():
+def test_runtime_phrase_rounds_to_5_s_then_to_the_minute():   # below two minutes: 5 s
     phrase = run_notebooks.runtime_phrase
     assert [phrase(s) for s in (1, 6, 13, 24, 37, 45, 57)] == [
         "about 5 s", "about 5 s", "about 15 s", "about 25 s", "about 35 s", "about 45 s", "about 55 s"]
-    assert [phrase(s) for s in (58, 60, 89, 91, 108, 150)] == [
-        "about 1 min", "about 1 min", "about 1 min", "about 2 min", "about 2 min", "about 2 min"]
+    assert [phrase(s) for s in (58, 60, 87, 91, 108, 118, 150, 200)] == [
+        "about 60 s", "about 60 s", "about 85 s", "about 90 s", "about 110 s", "about 2 min", "about 2 min",
+        "about 3 min"]
 
 
 def test_with_runtime_keeps_the_rest_of_the_header():
     header = "# 07 · MXNet\n\n*Runs on:* CPU ✓ · about 20 s on a 2-core\nCPU (the seed's).\n"
-    new = run_notebooks.with_runtime(header, 108, 4)
+    new = run_notebooks.with_runtime(header, 130, 4)
     assert new == "# 07 · MXNet\n\n*Runs on:* CPU ✓ · about 2 min on a 4-core\nCPU (the seed's).\n"
     assert run_notebooks.stated_runtime(new) == ("about 2 min", 4)
     with pytest.raises(SystemExit, match="no 'about N s"):

@@ -135,9 +135,9 @@ TABLE_CORES = re.compile(r"on (\d+) vCPUs")
 
 
 def runtime_phrase(seconds: float) -> str:
-    """How a header states a measured wall time: to 5 s below a minute, to the minute above
-    (``14.6`` -> ``'about 15 s'``, ``108`` -> ``'about 2 min'``, ``3`` -> ``'about 5 s'``)."""
-    if seconds < 57.5:
+    """How a header states a measured wall time: to 5 s below two minutes, to the minute above
+    (``14.6`` -> ``'about 15 s'``, ``87`` -> ``'about 85 s'``, ``150`` -> ``'about 2 min'``)."""
+    if seconds < 117.5:
         return f"about {max(5, 5 * round(seconds / 5))} s"
     return f"about {max(1, round(seconds / 60))} min"
 

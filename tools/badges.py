@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import re
-import tomllib
 from pathlib import Path
 from urllib.parse import quote
 
@@ -35,13 +34,7 @@ colab_setup_cell = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(colab_setup_cell)
 
 
-def repository() -> str:
-    """``owner/name`` of the GitHub repository, from pyproject.toml."""
-    url = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-    match = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+?)/?", url)
-    if not match:
-        raise SystemExit(f"pyproject.toml Repository must be https://github.com/OWNER/NAME, not {url!r}")
-    return match.group(1)
+repository = colab_setup_cell.repository   # owner/name, from pyproject.toml
 
 
 def badges(path: Path, repo: str) -> str:

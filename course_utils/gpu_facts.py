@@ -10,6 +10,7 @@ Imports no framework; :func:`cuda_gpus` asks PyTorch (only if installed) about t
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 GiB = 2**30
@@ -73,7 +74,7 @@ def float8_matmul(gpu: GPU) -> bool:
     return gpu.capability >= (8, 9)
 
 
-def largest_fitting(candidates: list[int], bytes_for: callable, gpu: GPU, fraction: float = 0.5) -> int:
+def largest_fitting(candidates: list[int], bytes_for: Callable[[int], int], gpu: GPU, fraction: float = 0.5) -> int:
     """The largest of ``candidates`` whose ``bytes_for(size)`` fits in ``fraction`` of ``gpu``'s free memory.
 
     ``fraction`` leaves room for the caching allocator, the CUDA context and whatever else runs.

@@ -19,11 +19,14 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import _common
+
 from course_utils import placement
+from course_utils.scripts import descendants
 
 sys.path.insert(0, str(_common.ROOT / "tools"))
 import run_notebooks  # noqa: E402
@@ -45,12 +48,55 @@ def tiny_notebook(folder: Path) -> Path:
     return path
 
 
-class Stopped(Exception):
-    """The caller stopped the run (its SIGTERM): the chapter in progress is cut off."""
+class Stop:
+    """The caller's SIGTERM (``timeout`` in gpu_reference.sh sends it at the deadline). Jupyter starts
+    each kernel in a session of its own, so the signal does not reach it: the handler kills the kernel
+    and whatever it started, the chapter in progress then fails (a dead kernel) and is recorded as cut
+    off, and no chapter starts after it. Nothing is raised inside nbclient or jupyter_client.
+
+    The chapters run in a thread (:func:`execute`) so that this handler stays the process's: nbclient,
+    run in the main thread, puts its own SIGTERM handler in while a notebook runs (it shuts the kernel
+    down, and the chapter then looks failed) and leaves the default one, which ends the process, behind."""
+
+    requested = False
+
+    @classmethod
+    def handle(cls, signum: int, frame) -> None:
+        cls.requested = True
+        cls.kill_tree(os.getpid())
+
+    @classmethod
+    def kernel_started(cls, pid: int) -> None:
+        """A kernel that started after the signal is killed at once."""
+        if cls.requested:
+            cls.kill_tree(pid, including=True)
+
+    @staticmethod
+    def kill_tree(pid: int, including: bool = False) -> None:
+        for victim in [*descendants(pid), *([pid] if including else [])]:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
-def _stopped(signum: int, frame) -> None:
-    raise Stopped("stopped by the caller (SIGTERM)")
+def execute(path: Path, **kwargs) -> tuple[float, int]:
+    """``run_notebooks.execute(path, **kwargs)`` in another thread, the main one waiting (see :class:`Stop`)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = run_notebooks.execute(path, **kwargs)
+        except BaseException as exc:  # handed to the main thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name=path.name, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -84,16 +130,17 @@ def main(argv: list[str] | None = None) -> dict:
             """The caller's deadline has come (its SIGTERM reaches the kernel too: the chapter then fails)."""
             return time.time() >= args.deadline - 2
 
-        signal.signal(signal.SIGTERM, _stopped)   # from here on a SIGTERM cuts the chapter in progress off
+        signal.signal(signal.SIGTERM, Stop.handle)   # from here on a SIGTERM cuts the chapter in progress off
         for i, path in enumerate(paths):
             row = {"notebook": path.name, "profile": profile}
             print(f"{path.name}: running", flush=True)
             try:
-                row["seconds"], row["peak_bytes"] = run_notebooks.execute(
-                    path, write=False, profile=profile, save_as=args.save / path.name if args.save else None)
+                row["seconds"], row["peak_bytes"] = execute(
+                    path, write=False, profile=profile, save_as=args.save / path.name if args.save else None,
+                    on_kernel=Stop.kernel_started)
             except Exception as exc:  # a failing chapter is a result; the others still run
                 row.update(seconds=0.0, peak_bytes=0, error=f"{type(exc).__name__}: {str(exc).strip()[-300:]}")
-            if "error" in row and (out_of_time() or "Stopped" in row["error"]):
+            if "error" in row and (out_of_time() or Stop.requested):
                 row.update(cut_off=True, error="cut off: the run's time budget ended during this chapter")
             rows.append(row)
             done = f"{row['seconds']:.1f} s, peak {row['peak_bytes'] / 1e6:,.0f} MB"
@@ -107,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
                        "max_peak_bytes": max(r["peak_bytes"] for r in rows),
                        "over_1_5_GB": [r["notebook"] for r in rows if r["peak_bytes"] > 1.5e9]}
             _common.write("notebooks", args, rows, summary)  # after each: a cut-off run keeps what it measured
-            if out_of_time() or "cut_off" in row:
+            if out_of_time() or Stop.requested or "cut_off" in row:
                 break
     return summary
 

@@ -69,20 +69,19 @@ def test_a_chapter_that_does_not_exist_is_named_in_the_error(tmp_path):
     assert proc.returncode == 2 and "no chapter numbered 99" in proc.stderr
 
 
-def test_a_deadline_cuts_a_chapter_off_without_calling_it_failed(tmp_path):
-    """gpu_reference.sh runs each step under `timeout LIMIT` with STEP_DEADLINE = now + LIMIT: the SIGTERM
-    reaches the chapter's kernel too; the chapter in progress is recorded as cut off, the rest as not run.
+def test_a_sigterm_cuts_the_chapter_in_progress_off_without_calling_it_failed(tmp_path):
+    """gpu_reference.sh runs each step under `timeout LIMIT`, which sends SIGTERM at the deadline. The
+    kernel runs in a session of its own (as Jupyter starts kernels), so the signal reaches only the
+    script: it kills the kernel, records the chapter in progress as cut off and the rest as not run.
 
-    The SIGTERM goes to the process group as `timeout` sends it, at the deadline but never before the
-    first chapter has started: on a loaded machine the script's imports alone can take longer than the
-    deadline, and a fixed delay would then kill it before it has anything to record."""
+    The SIGTERM goes to the script's process group as `timeout` sends it, 2 s after the first chapter
+    has started (chapter 01 runs for ~20 s): never before, as on a loaded machine the script's imports
+    alone can take many seconds."""
     import signal
     import threading
     import time
 
-    chapters = ["01_why_parallel.ipynb", "02_data_parallel_from_scratch.ipynb", "03_pytorch_ddp.ipynb"]  # ~50 s
-    deadline = time.time() + 10
-    env = {**os.environ, "COURSE_PROFILE": "cpu", "STEP_DEADLINE": str(deadline)}
+    env = {**os.environ, "COURSE_PROFILE": "cpu"}
     proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "notebooks.py"), "--chapters", "01,02,03",
                              "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
@@ -94,7 +93,7 @@ def test_a_deadline_cuts_a_chapter_off_without_calling_it_failed(tmp_path):
             output.append(line)
             if line.endswith(": running\n"):
                 break
-        time.sleep(max(1.0, deadline - time.time()))
+        time.sleep(2)
         os.killpg(proc.pid, signal.SIGTERM)
         output += proc.stdout.readlines()
         proc.wait(timeout=120)
@@ -103,7 +102,9 @@ def test_a_deadline_cuts_a_chapter_off_without_calling_it_failed(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    said = f"exit status {proc.returncode}; its output:\n" + "".join(output)[-3000:]
+    assert proc.returncode == 0 and (tmp_path / "notebooks.json").exists(), said
     summary = json.loads((tmp_path / "notebooks.json").read_text())["summary"]
-    assert len(summary["cut_off"]) == 1 and summary["failed"] == [], "".join(output)[-3000:]
-    cut = chapters.index(summary["cut_off"][0])
-    assert summary["not_run"] == chapters[cut + 1:] and summary["notebooks"] == cut + 1
+    assert summary["cut_off"] == ["01_why_parallel.ipynb"] and summary["failed"] == [], said
+    assert summary["not_run"] == ["02_data_parallel_from_scratch.ipynb", "03_pytorch_ddp.ipynb"], said
+    assert summary["notebooks"] == 1 and "cut off: the run's time budget ended" in said, said

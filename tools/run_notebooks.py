@@ -25,6 +25,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -75,11 +76,13 @@ class PeakMemory(threading.Thread):
 
 
 def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool = True,
-            profile: str = "cpu", save_as: Path | None = None) -> tuple[float, int]:
+            profile: str = "cpu", save_as: Path | None = None,
+            on_kernel: Callable[[int], None] | None = None) -> tuple[float, int]:
     """Run ``path`` in place; return (wall time in s, peak memory of kernel + workers in bytes).
     ``verbose`` prints the processes running at the peak and their PSS; ``write=False`` leaves the
     file as it was (benchmarks/notebooks.py); ``save_as`` writes the executed copy there instead,
-    also when a cell fails (up to the failing cell); ``profile`` is the COURSE_PROFILE to run with."""
+    also when a cell fails (up to the failing cell); ``profile`` is the COURSE_PROFILE to run with;
+    ``on_kernel(pid)`` is called once the kernel has started (Jupyter starts it in its own session)."""
     nb = nbformat.read(path, as_version=4)
     nb.metadata.pop("widgets", None)   # the state of widgets of an earlier run; nbclient stores this run's
     saved = dict(os.environ)
@@ -90,7 +93,12 @@ def execute(path: Path, timeout_s: int = 300, verbose: bool = False, write: bool
     sampler = PeakMemory()
     client = NotebookClient(nb, timeout=timeout_s, kernel_name=kernel,
                             resources={"metadata": {"path": str(path.parent)}})
-    client.on_notebook_start = lambda **_: setattr(sampler, "pid", client.km.provisioner.pid)
+    def started(**_) -> None:
+        sampler.pid = client.km.provisioner.pid
+        if on_kernel is not None:
+            on_kernel(sampler.pid)
+
+    client.on_notebook_start = started
     sampler.start()
     start = time.perf_counter()
     try:

@@ -45,7 +45,7 @@ def meta() -> dict:
 
     device = placement.plan(1).device  # where the benchmarks ran (COURSE_PROFILE=cpu: the CPU)
     doc = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -19,9 +19,12 @@ from course_utils import bench, hardware, placement
 
 # dense (no sparsity) peak TFLOP/s from NVIDIA's datasheets (SXM parts): fp32, tf32, bf16/fp16
 GPU_PEAKS = {
-    "H200": ({"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}, "NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)"),
-    "H100": ({"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}, "NVIDIA H100 Tensor Core GPU datasheet (SXM, dense)"),
-    "A100": ({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, "NVIDIA A100 Tensor Core GPU datasheet (dense)"),
+    "H200": ({"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
+             "NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)"),
+    "H100": ({"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
+             "NVIDIA H100 Tensor Core GPU datasheet (SXM, dense)"),
+    "A100": ({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+             "NVIDIA A100 Tensor Core GPU datasheet (dense)"),
 }
 
 
@@ -119,11 +122,12 @@ def main(argv: list[str] | None = None) -> dict:
             rows.append({"kind": "matmul", "n": n, "dtype": dtype, "tflops": tflops, "peak_tflops": peak,
                          "fraction_of_peak": tflops / peak if peak else None})
     steps = [r for r in rows if r["kind"] == "step"]
-    print(_common.table([{**r, "ms": r["seconds"] * 1e3} for r in steps], {"model": "{}", "dtype": "{}", "ms": "{:.2f}"}))
+    print(_common.table([{**r, "ms": r["seconds"] * 1e3} for r in steps],
+                        {"model": "{}", "dtype": "{}", "ms": "{:.2f}"}))
     mm = [r for r in rows if r["kind"] == "matmul"]
-    print(_common.table([{**r, "peak": r["peak_tflops"] or float("nan"), "of peak": r["fraction_of_peak"] or float("nan")}
-                         for r in mm], {"n": "{}", "dtype": "{}", "tflops": "{:.3f}", "peak": "{:.1f}",
-                                        "of peak": "{:.1%}"}))
+    print(_common.table([{**r, "peak": r["peak_tflops"] or float("nan"),
+                          "of peak": r["fraction_of_peak"] or float("nan")} for r in mm],
+                        {"n": "{}", "dtype": "{}", "tflops": "{:.3f}", "peak": "{:.1f}", "of peak": "{:.1%}"}))
     print(f"peak source: {source}")
     fp32 = {r["model"]: r["seconds"] for r in steps if r["dtype"] == "fp32"}
     summary = {"device": device, "peak_source": source,

@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 import _common
-
 from course_utils import bench, costmodel, hardware, launch, placement
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb

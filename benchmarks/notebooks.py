@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import _common
-
 from course_utils import placement
 from course_utils.scripts import descendants
 

@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> dict:
     elif args.quick:
         sizes, batch, repeats = [256, 1024, 1024, 10], 256, 5
     else:  # chapter 12's sizes on this device
-        sizes, batch, repeats = plan.sizes(cpu=([256, 1024, 1024, 10], 256, 10), gpu=([1024, 8192, 8192, 1000], 4096, 20))
+        sizes, batch, repeats = plan.sizes(cpu=([256, 1024, 1024, 10], 256, 10),
+                                           gpu=([1024, 8192, 8192, 1000], 4096, 20))
     torch.manual_seed(0)
     model = models.mlp(sizes, seed=0).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)

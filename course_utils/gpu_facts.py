@@ -30,11 +30,6 @@ class GPU:
     free_bytes: int | None = None
 
     @property
-    def sm(self) -> str:
-        """The capability as NVIDIA writes it: "sm75", "sm90"."""
-        return f"sm{self.capability[0]}{self.capability[1]}"
-
-    @property
     def free(self) -> int:
         """Free bytes (the total when unknown)."""
         return self.total_bytes if self.free_bytes is None else self.free_bytes

@@ -4,10 +4,15 @@ Every script takes ``--quick`` (CPU-sized: small messages, few steps, under 2 mi
 and ``--out DIR`` (default ``results/``); without ``--quick`` it runs the full sizes, and on a GPU
 machine the same script uses the GPUs. Each writes ``DIR/<name>.json``:
 
-    {"benchmark": name, "schema": 1, "quick": bool,
+    {"benchmark": name, "schema": 2, "quick": bool,
      "meta": {date, host, python, torch, device, gpus, cpu, cpu_cores[, cuda, driver]},
      "results": [ {...one row per measurement...} ],
-     "summary": { ...the few numbers a chapter or the README quotes... }}
+     "summary": { ...the few numbers a chapter or the README quotes...,
+                  "quoted": ["the lines a chapter prints from this run", ...]}}
+
+Each benchmark owns what its file says: its ``describe(doc)`` turns the file's results and summary into
+the labelled lines ``summary["quoted"]`` (figures with their units, and what they measure), which
+``course_utils.reference`` prints beside a chapter's own measurement without knowing any benchmark's keys.
 
 benchmarks/schema.json is the JSON schema; tests/test_benchmarks.py checks each script against it.
 Timings are measurements of this machine at this moment: the JSON says which machine and when.
@@ -21,6 +26,7 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +34,7 @@ sys.path.insert(0, str(ROOT))  # course_utils from this checkout, also when run 
 
 from course_utils import hardware, placement  # noqa: E402
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: summary["quoted"], the lines a chapter prints
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -70,15 +76,35 @@ def _nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def write(name: str, args: argparse.Namespace, results: list[dict], summary: dict) -> Path:
-    """Write ``args.out/<name>.json`` and return its path."""
+def write(name: str, args: argparse.Namespace, results: list[dict], summary: dict,
+          describe: Callable[[dict], list[str]]) -> Path:
+    """Write ``args.out/<name>.json`` and return its path.
+
+    ``describe(doc)`` is the benchmark's own account of the file it writes (``doc`` as written, without
+    ``quoted``): the few labelled lines a chapter prints, stored as ``summary["quoted"]``.
+    """
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{name}.json"
     doc = {"benchmark": name, "schema": SCHEMA_VERSION, "quick": bool(args.quick or args.tiny), "meta": meta(),
            "results": results, "summary": summary}
+    quoted = describe(doc)
+    if not quoted or not all(isinstance(line, str) and line for line in quoted):
+        raise ValueError(f"{name}'s describe() returned {quoted!r}: it must return the non-empty lines a chapter "
+                         "prints from this run (a list of strings)")
+    summary["quoted"] = quoted
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def joined(items: list[str]) -> str:
+    """``items`` as one line of a quoted description, or "none measured"."""
+    return " · ".join(items) if items else "none measured"
+
+
+def size(nbytes: float) -> str:
+    """A message size for a quoted line: MiB from 1 MiB up, else KiB."""
+    return f"{nbytes / 2**20:,.0f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:,.0f} KiB"
 
 
 def table(rows: list[dict], columns: dict[str, str]) -> str:

@@ -25,6 +25,23 @@ def copy_bandwidth(nbytes: int, device: str, repeats: int) -> float:
     return src.numel() * 4 / best
 
 
+def describe(doc: dict) -> list[str]:
+    """What a chapter quotes from this file: each backend and world size's bus bandwidth at its largest
+    message (beside one process's copy bandwidth), and why NCCL was not measured where it was not."""
+    largest: dict[tuple[str, int], dict] = {}
+    for r in doc["results"]:
+        key = (r["backend"], r["ranks"])
+        if r["bytes"] >= largest.get(key, {"bytes": -1})["bytes"]:
+            largest[key] = r
+    lines = [f"{b}, {n} ranks on {r['device']}: busbw {r['busbw_Bps'] / 1e9:,.2f} GB/s at {_common.size(r['bytes'])} "
+             f"(copy in one process {r['copy_Bps'] / 1e9:,.1f} GB/s)" for (b, n), r in sorted(largest.items())]
+    if not any(b == "nccl" for b, _ in largest):
+        gpus = len(doc["meta"]["gpus"])
+        lines.append(f"nccl: not measured ({gpus} GPU{'' if gpus == 1 else 's'}: "
+                     "a GPU all-reduce needs one GPU per rank)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
     top = 12 if args.tiny else 24 if args.quick else 28            # 4 KiB * 2**k: 16 KiB, 16 MiB, 256 MiB
@@ -57,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"gloo busbw at {largest['bytes'] / 2**20:.0f} MiB: {largest['busbw_Bps'] / 1e9:.2f} GB/s = "
           f"{summary['busbw_over_copy']:.3f} x the copy bandwidth ({largest['copy_Bps'] / 1e9:.1f} GB/s); "
           f"alpha = {fit.alpha * 1e6:.0f} us, 1/beta = {fit.bandwidth / 1e9:.2f} GB/s")
-    _common.write("allreduce", args, rows, summary)
+    _common.write("allreduce", args, rows, summary, describe)
     return summary
 
 

@@ -97,6 +97,28 @@ def matmul_tflops(n: int, dtype: str, device: str, repeats: int) -> float:
     return bench.matmul_gflops(n, seconds) / 1e3
 
 
+def describe(doc: dict) -> list[str]:
+    """What a chapter quotes from this file: each dtype's training-step speed-up over fp32, the best
+    matmul rate of each dtype (and its fraction of the peak, where one is known), the peak's source."""
+    results = doc["results"]
+    steps = {(r["model"], r["dtype"]): r["seconds"] for r in results if r["kind"] == "step"}
+    lines = []
+    for dtype in ("bf16", "fp16"):
+        ratios = [f"{model} {fp32 / steps[model, dtype]:.2f}x" for (model, d), fp32 in steps.items()
+                  if d == "fp32" and (model, dtype) in steps]
+        if ratios:
+            lines.append(f"training step, {dtype} speed-up over fp32: {_common.joined(ratios)}")
+    best: dict[str, dict] = {}
+    for r in results:
+        if r["kind"] == "matmul" and r["tflops"] > best.get(r["dtype"], {"tflops": -1.0})["tflops"]:
+            best[r["dtype"]] = r
+    rates = [f"{d} {r['tflops']:,.1f}" + (f" of {r['peak_tflops']:,.1f} peak ({r['tflops'] / r['peak_tflops']:.0%})"
+                                         if r.get("peak_tflops") else "") for d, r in best.items()]
+    lines.append(f"best matmul TFLOP/s: {_common.joined(rates)}")
+    lines.append(f"peak: {doc['summary'].get('peak_source', 'unknown')}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> dict:
     import torch
 
@@ -134,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
                "bf16_speedup": {m: fp32[m] / r["seconds"] for r in steps if r["dtype"] == "bf16" for m in [r["model"]]},
                "best_fp32_tflops": max(r["tflops"] for r in mm if r["dtype"] == "fp32"),
                "best_bf16_tflops": max(r["tflops"] for r in mm if r["dtype"] == "bf16")}
-    _common.write("amp", args, rows, summary)
+    _common.write("amp", args, rows, summary, describe)
     return summary
 
 

@@ -91,6 +91,19 @@ def conclusion(run: Setup, rows: list[dict], summary: dict, cpu_cores: int) -> s
     return text
 
 
+def headline(summary: dict) -> str:
+    """The largest world's weak and strong scaling efficiency, and its all-reduce measured vs modelled."""
+    return (f"{summary['ranks']} ranks: weak-scaling efficiency {summary['weak_efficiency']:.2f}, strong "
+            f"{summary['strong_efficiency']:.2f}; all-reduce of {summary['params_bytes'] / 2**20:.1f} MiB of "
+            f"gradients: measured {summary['weak_comm_measured_s'] * 1e3:.1f} ms/step, alpha-beta model "
+            f"{summary['weak_comm_model_s'] * 1e3:.1f} ms")
+
+
+def describe(doc: dict) -> list[str]:
+    """What the README quotes from this file: the :func:`headline` and why the efficiencies are what they are."""
+    return [headline(doc["summary"]), doc["summary"]["why"]]
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
     plan = placement.plan(max(2, placement.gpu_count()))   # NCCL on every GPU with 2+, else gloo on the CPU
@@ -139,13 +152,10 @@ def main(argv: list[str] | None = None) -> dict:
                "weak_compute_s_1": rows[0]["compute_s"], "weak_compute_s_n": top["weak"]["compute_s"],
                "alpha_s": fit.alpha, "beta_s_per_byte": fit.beta, "device": device,
                "sizes": sizes, "batch_per_rank": batch}
-    print(f"{n_max} ranks: weak-scaling efficiency {summary['weak_efficiency']:.2f}, strong "
-          f"{summary['strong_efficiency']:.2f}; all-reduce of {rows[0]['grad_bytes'] / 2**20:.1f} MiB of gradients: "
-          f"measured {summary['weak_comm_measured_s'] * 1e3:.1f} ms/step, alpha-beta model "
-          f"{summary['weak_comm_model_s'] * 1e3:.1f} ms")
+    print(headline(summary))
     summary["why"] = conclusion(run, rows, summary, hardware.cpu_cores())
     print(summary["why"])
-    _common.write("ddp_scaling", args, rows, summary)
+    _common.write("ddp_scaling", args, rows, summary, describe)
     return summary
 
 

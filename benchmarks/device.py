@@ -35,6 +35,17 @@ def copy_rate(nbytes: int, src_device: str, dst_device: str, repeats: int) -> fl
     return nbytes / bench.time_fn(lambda: dst.copy_(src), repeats=repeats, warmup=2, device=sync).best
 
 
+def describe(doc: dict) -> list[str]:
+    """What a chapter quotes from this file: the matmul rate by size and the copy bandwidths."""
+    results = doc["results"]
+    rates = [f"{r['n']}: {r['gflops']:,.0f}" for r in results if r["kind"] == "matmul"]
+    names = {"device": "on the device", "host_to_device": "host→device", "device_to_host": "device→host"}
+    copies = [f"{names.get(r['direction'], r['direction'])} {r['Bps'] / 1e9:,.1f}"
+              for r in results if r["kind"] == "copy"]
+    return [f"fp32 matmul (TF32 off), GFLOP/s by n: {_common.joined(rates)}",
+            f"copy bandwidth, GB/s: {_common.joined(copies)}"]
+
+
 def main(argv: list[str] | None = None) -> dict:
     import torch
 
@@ -61,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
                         {"direction": "{}", "bytes": "{}", "GB/s": "{:.1f}"}))
     summary = {"device": device, "best_fp32_gflops": max(r["gflops"] for r in rows if r["kind"] == "matmul"),
                "copy_Bps": {r["direction"]: r["Bps"] for r in rows if r["kind"] == "copy"}}
-    _common.write("device", args, rows, summary)
+    _common.write("device", args, rows, summary, describe)
     return summary
 
 

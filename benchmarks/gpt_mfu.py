@@ -64,6 +64,29 @@ def measure(variant: str, size: tuple, device: str, repeats: int) -> dict:
     return {"variant": variant, "seconds": timing.median, "tokens": batch * seq, "peak_memory_bytes": peak}
 
 
+def describe(doc: dict) -> list[str]:
+    """What a chapter quotes from this file: the model, each variant's throughput and MFU, and the
+    planner's predicted step beside the best measured one."""
+    s = doc["summary"]
+    lines = [f"GPT of {s['params'] / 1e9:,.2f}B parameters, {s['tokens_per_step']:,d} tokens per step, "
+             f"{s['flops_per_token'] / 1e9:,.1f} GFLOP per token (6N + 12·L·s·h)"]
+    for r in doc["results"]:
+        if "error" in r:
+            lines.append(f"{r['variant']}: failed ({r['error'][:80]})")
+            continue
+        mfu = f", MFU {r['mfu']:.0%}" if r.get("mfu") is not None else ""
+        memory = f", {r['peak_memory_bytes'] / 1e9:,.1f} GB peak" if r.get("peak_memory_bytes") else ""
+        lines.append(f"{r['variant']}: {r['tokens_per_s']:,.0f} tokens/s, {r['tflops']:,.1f} TFLOP/s{mfu}{memory}")
+    if s.get("best_tokens_per_s") and s.get("planner_step_s"):
+        measured_s = s["tokens_per_step"] / s["best_tokens_per_s"]
+        lines.append(f"planner, one GPU at {s['planner_efficiency']:.0%} of peak: "
+                     f"step {s['planner_step_s'] * 1e3:,.1f} ms (measured best: {measured_s * 1e3:,.1f} ms), "
+                     f"{s['planner_memory_bytes'] / 1e9:,.1f} GB")
+    else:
+        lines.append("planner: no prediction (no bf16 peak known for this device) or nothing measured")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = _common.parser(__doc__.splitlines()[0]).parse_args(argv)
     device = placement.plan(1).device
@@ -106,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
                "planner_efficiency": PLANNER_EFFICIENCY, "planner_step_s": predicted and predicted.step_s,
                "planner_memory_bytes": predicted and predicted.memory_gb * 1e9,
                "failed": [r["variant"] for r in rows if "error" in r]}
-    _common.write("gpt_mfu", args, rows, summary)
+    _common.write("gpt_mfu", args, rows, summary, describe)
     return summary
 
 

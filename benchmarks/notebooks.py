@@ -98,6 +98,18 @@ def execute(path: Path, **kwargs) -> tuple[float, int]:
     return outcome["value"]
 
 
+def describe(doc: dict) -> list[str]:
+    """What the run says: chapters run, their time and largest peak memory, and which failed or did not finish."""
+    s = doc["summary"]
+
+    def names(key: str) -> str:
+        return ", ".join(s[key]) or "none"
+
+    return [f"{s['notebooks']} chapters run in {s['total_s']:,.0f} s; largest peak memory "
+            f"{s['max_peak_bytes'] / 1e9:,.2f} GB (over 1.5 GB: {names('over_1_5_GB')})",
+            f"failed: {names('failed')}; cut off: {names('cut_off')}; not run: {names('not_run')}"]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = _common.parser(__doc__.splitlines()[0])
     parser.add_argument("--torch-only", action="store_true", help="skip the TensorFlow and MXNet chapters")
@@ -152,7 +164,8 @@ def main(argv: list[str] | None = None) -> dict:
                        "total_s": sum(r["seconds"] for r in rows),
                        "max_peak_bytes": max(r["peak_bytes"] for r in rows),
                        "over_1_5_GB": [r["notebook"] for r in rows if r["peak_bytes"] > 1.5e9]}
-            _common.write("notebooks", args, rows, summary)  # after each: a cut-off run keeps what it measured
+            # after each chapter: a cut-off run keeps what it measured
+            _common.write("notebooks", args, rows, summary, describe)
             if out_of_time() or Stop.requested or "cut_off" in row:
                 break
     return summary

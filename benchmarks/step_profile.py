@@ -16,6 +16,16 @@ from course_utils import bench, models, placement
 MATMULS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
 
 
+def describe(doc: dict) -> list[str]:
+    """What a chapter quotes from this file: the step time, the top operators' shares, the matmuls' share."""
+    s = doc["summary"]
+    ops = [f"{r['op']} {r['share']:.0%}" for r in doc["results"][:5]]
+    return [f"MLP {s['sizes']}, batch {s['batch']}: step {s['step_s'] * 1e3:,.2f} ms, {s['params']:,d} parameters "
+            f"({s['grad_bytes'] / 2**20:,.1f} MiB of fp32 gradients)",
+            f"top operators, share of {s['device']} time: {_common.joined(ops)}",
+            f"matrix products: {s['matmul_share']:.0%} of it"]
+
+
 def main(argv: list[str] | None = None) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -60,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
                "params": models.count_params(model), "grad_bytes": 4 * models.count_params(model),
                "matmul_share": sum(r["share"] for r in rows if r["op"] in MATMULS),
                "top_ops": [r["op"] for r in rows]}
-    _common.write("step_profile", args, rows, summary)
+    _common.write("step_profile", args, rows, summary, describe)
     return summary
 
 

@@ -1,5 +1,6 @@
 """benchmarks/*.py: a tiny run of each writes JSON that matches benchmarks/schema.json and carries the
 fields the chapters and the README read. (Timings are only checked to be positive numbers.)"""
+import importlib
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from course_utils import reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "benchmarks" / "schema.json").read_text())
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their siblings (_common, amp) as top-level modules
 ROW_KEYS = {
     "allreduce": {"backend", "ranks", "bytes", "seconds", "algbw_Bps", "busbw_Bps", "copy_Bps"},
     "ddp_scaling": {"mode", "ranks", "global_batch", "step_s", "compute_s", "samples_per_s", "efficiency",
@@ -44,16 +46,89 @@ def test_tiny_run_writes_valid_json(name, tmp_path):
     assert doc["benchmark"] == name and doc["quick"] is True
     assert all(ROW_KEYS[name] <= row.keys() for row in doc["results"])
     assert SUMMARY_KEYS[name] <= doc["summary"].keys()
-    if name in ("device", "amp", "allreduce", "step_profile", "gpt_mfu"):   # what a chapter quotes reads any run
-        assert reference.describe(reference.Reference(tmp_path / f"{name}.json", doc))
+    quoted = doc["summary"].pop("quoted")   # the script's own description of the file it wrote, as reference prints it
+    assert quoted == importlib.import_module(name).describe(doc)
+    doc["summary"]["quoted"] = quoted
+    assert reference.describe(reference.Reference(tmp_path / f"{name}.json", doc)) == "\n".join(quoted)
     numbers = [v for row in doc["results"] for k, v in row.items() if k.endswith(("_s", "seconds", "_Bps"))]
     assert numbers and all(isinstance(v, float) and v >= 0 for v in numbers)
 
 
 def test_schema_rejects_a_result_without_meta():
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"benchmark": "amp", "schema": 1, "quick": True, "results": [{}], "summary": {"x": 1}},
+        jsonschema.validate({"benchmark": "amp", "schema": 2, "quick": True, "results": [{}], "summary": {"x": 1}},
                             SCHEMA)
+
+
+def test_schema_rejects_a_summary_that_quotes_nothing():
+    doc = {"benchmark": "amp", "schema": 2, "quick": True, "results": [{}], "summary": {"x": 1},
+           "meta": {"date": "2026-12-05T10:00:00+00:00", "host": "h", "python": "3.11", "torch": "2.13",
+                    "device": "cpu", "gpus": [], "cpu": "x", "cpu_cores": 2}}
+    for summary in ({"x": 1}, {"x": 1, "quoted": []}, {"x": 1, "quoted": [""]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**doc, "summary": summary}, SCHEMA)
+    jsonschema.validate({**doc, "summary": {"x": 1, "quoted": ["x: 1"]}}, SCHEMA)
+
+
+def described(name: str, results: list[dict], summary: dict, gpus: int = 1) -> str:
+    """What benchmarks/<name>.py's describe() says of a file with these results and summary."""
+    doc = {"benchmark": name, "meta": {"gpus": ["NVIDIA H200"] * gpus}, "results": results, "summary": summary}
+    lines = importlib.import_module(name).describe(doc)
+    assert lines and all(isinstance(line, str) and line for line in lines)
+    return "\n".join(lines)
+
+
+def test_device_quotes_matmul_rates_and_copy_bandwidths():
+    text = described("device", [{"kind": "matmul", "n": 8192, "dtype": "fp32", "seconds": 0.02, "gflops": 55000.0},
+                                {"kind": "copy", "direction": "device", "bytes": 2**28, "Bps": 3.9e12},
+                                {"kind": "copy", "direction": "host_to_device", "bytes": 2**28, "Bps": 5.5e10}],
+                     {"device": "cuda"})
+    assert text == ("fp32 matmul (TF32 off), GFLOP/s by n: 8192: 55,000\n"
+                    "copy bandwidth, GB/s: on the device 3,900.0 · host→device 55.0")
+
+
+def test_amp_quotes_speedups_and_the_fraction_of_peak():
+    steps = [{"kind": "step", "model": m, "dtype": d, "seconds": s}
+             for m, d, s in [("mlp", "fp32", 0.03), ("mlp", "bf16", 0.01), ("mlp", "fp16", 0.012)]]
+    mm = [{"kind": "matmul", "n": n, "dtype": "bf16", "tflops": t, "peak_tflops": 989.4, "fraction_of_peak": t / 989.4}
+          for n, t in [(4096, 600.0), (8192, 700.0)]]
+    text = described("amp", steps + mm, {"peak_source": "datasheet"})
+    assert "bf16 speed-up over fp32: mlp 3.00x" in text and "fp16 speed-up over fp32: mlp 2.50x" in text
+    assert "bf16 700.0 of 989.4 peak (71%)" in text and "peak: datasheet" in text
+
+
+def test_allreduce_says_what_one_gpu_could_not_measure():
+    row = {"backend": "gloo", "device": "cpu", "ranks": 2, "seconds": 0.1, "algbw_Bps": 1e9, "busbw_Bps": 1e9,
+           "copy_Bps": 2e10}
+    rows = [{**row, "bytes": 4096}, {**row, "bytes": 2**28}]
+    text = described("allreduce", rows, {})
+    assert "gloo, 2 ranks on cpu: busbw 1.00 GB/s at 256 MiB" in text
+    assert "nccl: not measured (1 GPU" in text
+    nccl = [{**row, "backend": "nccl", "device": "cuda", "ranks": 8, "bytes": 2**28, "busbw_Bps": 3.5e11}]
+    text = described("allreduce", rows + nccl, {}, gpus=8)
+    assert "nccl, 8 ranks on cuda: busbw 350.00 GB/s" in text and "not measured" not in text
+
+
+def test_step_profile_names_where_the_time_goes():
+    rows = [{"op": "aten::mm", "self_s": 0.004, "calls": 4.0, "share": 0.6},
+            {"op": "aten::addmm", "self_s": 0.001, "calls": 3.0, "share": 0.15}]
+    summary = {"device": "cuda", "sizes": [1024, 8192, 1000], "batch": 4096, "step_s": 0.0123, "params": 1000,
+               "grad_bytes": 2**22, "matmul_share": 0.75, "top_ops": ["aten::mm", "aten::addmm"]}
+    text = described("step_profile", rows, summary)
+    assert "step 12.30 ms" in text and "4.0 MiB of fp32 gradients" in text
+    assert "aten::mm 60%" in text and "matrix products: 75%" in text
+
+
+def test_gpt_mfu_quotes_each_variant_and_the_planner():
+    summary = {"params": 1.3e9, "tokens_per_step": 8192, "flops_per_token": 8.1e9, "best_tokens_per_s": 40960.0,
+               "planner_step_s": 0.15, "planner_efficiency": 0.4, "planner_memory_bytes": 30e9}
+    rows = [{"variant": "eager", "tokens_per_s": 40960.0, "tflops": 330.0, "mfu": 0.33, "peak_memory_bytes": 40e9},
+            {"variant": "compiled", "error": "OutOfMemoryError: CUDA out of memory"}]
+    text = described("gpt_mfu", rows, summary)
+    assert "GPT of 1.30B parameters, 8,192 tokens per step" in text
+    assert "eager: 40,960 tokens/s, 330.0 TFLOP/s, MFU 33%, 40.0 GB peak" in text
+    assert "compiled: failed (OutOfMemoryError" in text
+    assert "step 150.0 ms (measured best: 200.0 ms), 30.0 GB" in text
 
 
 def test_quick_is_the_documented_flag():

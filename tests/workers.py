@@ -201,3 +201,13 @@ def finishes_unevenly(rank, world_size, log_dir):
         time.sleep(1.0)
     open(os.path.join(log_dir, f"done{rank}"), "w").write(repr(time.time()))
     return rank
+
+
+def mesh_groups(rank, world_size, layout):
+    """This rank's group of every dimension of ``layout.make_mesh`` and ``layout.expert_mesh``
+    (course_utils.layout), as sorted global ranks."""
+    from course_utils.layout import expert_mesh, make_mesh
+
+    dense, experts = make_mesh(layout), expert_mesh(layout)
+    groups = {dim: sorted(dense[dim].mesh.flatten().tolist()) for dim in dense.mesh_dim_names}
+    return groups | {dim: sorted(experts[dim].mesh.flatten().tolist()) for dim in ("ep", "edp")}

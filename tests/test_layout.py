@@ -67,3 +67,13 @@ def test_the_device_meshes_hold_the_groups_the_layout_names(layout):
     for rank, groups in enumerate(launch.run(workers.mesh_groups, layout.world_size, args=(layout,), output="none")):
         for dim, ranks in groups.items():
             assert ranks == next(g for g in layout.groups(dim) if rank in g), (rank, dim)
+
+
+@pytest.mark.parametrize("layout, dim", [(Layout(dp=2, cp=2), "cp"), (Layout(dp=2, tp=2, ep=2), "ep")],
+                         ids=["ring-attention-on-cp", "experts-on-ep"])
+def test_context_and_expert_parallelism_run_on_the_layouts_groups(layout, dim):
+    """Ring attention on each cp group and an expert-parallel MoE on each ep group (ranks 0 and 2:
+    not consecutive) == one process on that group's data."""
+    results = launch.run(workers.parallel_on_a_layout_group, layout.world_size, args=(layout, dim), output="none")
+    for rank, (error, ranks) in enumerate(results):
+        assert error < 1e-10 and ranks == next(g for g in layout.groups(dim) if rank in g), (rank, error, ranks)

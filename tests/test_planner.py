@@ -151,3 +151,13 @@ def test_one_layout_and_one_shape_serve_the_planner_and_the_model():
     assert {type(r.layout) for r in ranked} == {Layout} and {type(r.recipe) for r in ranked} == {Recipe}
     # every (layout, recipe) once: 4 GPUs give 10 (dp, tp, pp, cp) factorisations, × 4 ZeRO × 2 × 4 sizes
     assert len({(r.layout, r.recipe) for r in ranked}) == len(ranked) == 10 * 4 * 2 * 4
+
+
+def test_the_planner_and_the_shapes_import_no_torch():
+    """Pure arithmetic: a planner question must not pay for (or need) PyTorch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from course_utils import layout, planner, shape; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -7,7 +7,7 @@ Trains ``course_utils.gpt.GPT`` with AdamW under ``torch.autocast`` in three way
 eager mode, then the same with each block compiled (``block.compile()``: one compiled block serves
 all 24, so compiling takes seconds, not minutes), on a GPU also with fused AdamW. Attention is
 ``scaled_dot_product_attention(is_causal=True)``, which picks a fused (flash) kernel on a GPU in bf16.
-FLOPs per token are chapter 13's 6N + 12·L·s·h (``planner.Transformer.flops_per_token``); MFU is the
+FLOPs per token are chapter 13's 6N + 12·L·s·h (``GPTConfig.flops_per_token``); MFU is the
 achieved rate over the device's dense bf16 peak (``amp.device_peak``: the datasheet for a known
 GPU). The planner's one-GPU prediction (``planner.predict`` at the efficiency it is given) is
 printed beside what was measured: step time, and memory against ``torch.cuda.max_memory_allocated``.
@@ -18,6 +18,8 @@ from __future__ import annotations
 import _common
 from amp import device_peak
 from course_utils import bench, placement, planner
+from course_utils.layout import Layout
+from course_utils.shape import GPTConfig
 
 SIZES = {  # layers, hidden, heads, seq, vocab, batch (sequences)
     "tiny": (2, 64, 4, 64, 256, 2),
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = placement.plan(1).device
     size = SIZES["tiny" if args.tiny else "quick" if args.quick or device != "cuda" else "full"]
     layers, hidden, heads, seq, vocab, batch = size
-    shape = planner.Transformer(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab)
+    shape = GPTConfig(vocab_size=vocab, block_size=seq, n_layer=layers, n_head=heads, d_model=hidden)
     peak_tflops = device_peak(device)[0].get("bf16")
     variants = ["eager", "compiled", "compiled+fused"] if device == "cuda" else ["eager"]
     rows = []
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
     predicted = None
     if peak_tflops:   # the planner speaks of GPUs with a known bf16 peak
         cluster = planner.Cluster(gpus=1, gpus_per_node=1, hbm_gb=1e6, peak_tflops=peak_tflops)
-        predicted = planner.predict(shape, planner.Layout(dp=1, microbatch=batch), batch, cluster, PLANNER_EFFICIENCY)
+        predicted = planner.predict(shape, Layout(), planner.Recipe(microbatch=batch), batch, cluster,
+                                    PLANNER_EFFICIENCY)
     done = [r for r in rows if "error" not in r]
     print(f"GPT L={layers} h={hidden} heads={heads} s={seq} V={vocab}: {shape.params / 1e9:.2f}B parameters, "
           f"batch {batch} x {seq} tokens, {shape.flops_per_token / 1e9:.1f} GFLOP per token")

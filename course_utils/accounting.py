@@ -2,7 +2,9 @@
 and the two instruments that check them on a real model.
 
 Notation (Megatron's, Korthikanti et al. 2022): ``s`` sequence length, ``b`` micro-batch size,
-``h`` hidden size (``d_model``), ``a`` attention heads, ``L`` layers, ``V`` vocabulary size.
+``h`` hidden size, ``a`` attention heads, ``L`` layers, ``V`` vocabulary size; the functions that
+take a model's shape name it as ``course_utils.shape.GPTConfig`` does (``d_model`` = h,
+``n_head`` = a, ``n_layer`` = L, ``vocab_size`` = V, ``block_size``).
 The formulas describe :class:`course_utils.gpt.GPT`: pre-LayerNorm blocks with biases, separate
 q/k/v projections, a 4h MLP, no dropout, an untied output head.
 
@@ -28,31 +30,35 @@ BYTES_PER_PARAM_MEGATRON_BF16 = 2 + 4 + 4 + 4 + 4
 (https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html)."""
 
 
-def block_params(h: int, bias: bool = True) -> int:
-    """Parameters of one block: q, k, v, proj (4 h², + 4 h biases), the MLP (8 h², + 5 h biases),
-    two LayerNorms (2 h weights, + 2 h biases): 12 h² + 13 h with biases, 12 h² + 2 h without."""
+def block_params(d_model: int, bias: bool = True) -> int:
+    """Parameters of one block of width h = ``d_model``: q, k, v, proj (4 h², + 4 h biases), the MLP
+    (8 h², + 5 h biases), two LayerNorms (2 h weights, + 2 h biases): 12 h² + 13 h with biases,
+    12 h² + 2 h without."""
+    h = d_model
     return 12 * h * h + (13 * h if bias else 2 * h)
 
 
-def gpt_params(vocab: int, block_size: int, layers: int, h: int, bias: bool = True) -> dict[str, int]:
+def gpt_params(vocab_size: int, block_size: int, n_layer: int, d_model: int, bias: bool = True) -> dict[str, int]:
     """Parameters by part: embeddings (tokens and positions), blocks, final LayerNorm, head, total."""
-    parts = {"token embedding": vocab * h, "position embedding": block_size * h,
-             "blocks": layers * block_params(h, bias), "final LayerNorm": 2 * h if bias else h,
-             "head": h * vocab}
+    h = d_model
+    parts = {"token embedding": vocab_size * h, "position embedding": block_size * h,
+             "blocks": n_layer * block_params(h, bias), "final LayerNorm": 2 * h if bias else h,
+             "head": h * vocab_size}
     return {**parts, "total": sum(parts.values())}
 
 
-def matmul_params(vocab: int, layers: int, h: int) -> int:
+def matmul_params(vocab_size: int, n_layer: int, d_model: int) -> int:
     """Weights that multiply every token (``N`` in "6 N"): the blocks' 12 h² per layer and the head's
     h·V. Embedding lookups, biases and LayerNorms do (almost) no multiplications."""
-    return layers * 12 * h * h + h * vocab
+    return n_layer * 12 * d_model * d_model + d_model * vocab_size
 
 
-def train_flops_per_token(vocab: int, layers: int, h: int, s: int) -> int:
-    """FLOPs of one training step per token: 6 N (forward 2 N, backward 4 N) plus attention's
-    own matmuls, scores q·kᵀ and the weighted sum of v: 4 s h per layer forward, 12 s h in all.
-    (A causal kernel may skip the masked half; the math kernel and this count do not.)"""
-    return 6 * matmul_params(vocab, layers, h) + 12 * layers * s * h
+def train_flops_per_token(vocab_size: int, n_layer: int, d_model: int, s: int) -> int:
+    """FLOPs of one training step per token of an ``s``-token sequence: 6 N (forward 2 N, backward
+    4 N) plus attention's own matmuls, scores q·kᵀ and the weighted sum of v: 4 s h per layer
+    forward, 12 s h in all. (A causal kernel may skip the masked half; the math kernel and this
+    count do not.)"""
+    return 6 * matmul_params(vocab_size, n_layer, d_model) + 12 * n_layer * s * d_model
 
 
 def activation_bytes_megatron(s: int, b: int, h: int, a: int) -> int:

@@ -1,10 +1,12 @@
 """DP × TP × PP composed on one device mesh: the course's GPT (``course_utils.gpt``) on a grid of ranks.
 
-The one owner of the process grid. A :class:`Layout` names how many ranks each parallelism gets;
-:func:`make_mesh` lays the ``world_size = pp · dp · tp`` ranks out as a ``DeviceMesh`` with the
-dimensions ``("pp", "dp", "tp")`` — tensor parallel innermost, because its collectives are the
-most frequent (inside a node, on NVLink), pipeline outermost (one send per microbatch, across
-nodes). With HSDP the data-parallel ranks are a 2-D ``("replicate", "shard")`` grid of their own.
+The grid is ``course_utils.layout``'s (``Layout``, ``make_mesh`` and ``AXES`` are importable from
+here too): a :class:`Layout` names how many ranks each parallelism gets; :func:`make_mesh` lays the
+``world_size = pp · dp · tp`` ranks out as a ``DeviceMesh`` with the dimensions
+``("pp", "dp", "cp", "tp")`` (cp of size 1 here: this module trains dp × tp × pp) — tensor parallel
+innermost, because its collectives are the most frequent (inside a node, on NVLink), pipeline
+outermost (one send per microbatch, across nodes). With HSDP the data-parallel ranks are a 2-D
+``("replicate", "shard")`` grid of their own.
 
 Building a rank's part of the model is three steps, each a function here:
 
@@ -18,8 +20,8 @@ Building a rank's part of the model is three steps, each a function here:
    combination, and ``per_block=False`` (one unit per stage, kept unsharded from forward to backward)
    is right.
 
-Ranks are numbered ``rank = (p · dp + d) · tp + t``. Each data-parallel rank reads its own slice of
-the global batch (:func:`batch_slice`); all tensor-parallel ranks of one slice read the same one.
+Ranks are numbered ``rank = (p · dp + d) · tp + t`` (``Layout.coords``). Each data-parallel rank
+reads its own slice of the global batch (:func:`batch_slice`); all tensor-parallel ranks of one slice read the same one.
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ import torch
 from torch import nn
 
 from .gpt import GPT, blocks_of
+from .layout import AXES, Layout, make_mesh  # noqa: F401  (the grid, for this module's callers too)
 
-AXES = ("pp", "dp", "tp")
 # torch.distributed.pipelining's schedules: one stage per rank, several in a loop, or two in a V
 ONE_STAGE = ("ScheduleGPipe", "Schedule1F1B")
 LOOPED = ("ScheduleInterleaved1F1B", "ScheduleLoopedBFS", "ScheduleInterleavedZeroBubble")
@@ -38,56 +40,6 @@ V_SHAPED = ("ScheduleZBVZeroBubble", "ScheduleDualPipeV")
 SCHEDULES = ONE_STAGE + LOOPED + V_SHAPED
 # the schedules that split each backward into an input-gradient and a later weight-gradient pass
 SPLIT_BACKWARD = ("ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How many ranks each parallelism gets. ``replicate`` > 1 makes data parallelism HSDP:
-    ``dp`` ranks in ``replicate`` groups of ``dp / replicate``, parameters sharded inside a group
-    and replicated across groups."""
-
-    pp: int = 1
-    dp: int = 1
-    tp: int = 1
-    replicate: int = 1
-
-    def __post_init__(self):
-        for name in ("pp", "dp", "tp", "replicate"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.dp % self.replicate:
-            raise ValueError(f"replicate={self.replicate} must divide dp={self.dp} (HSDP: dp ranks in "
-                             f"replicate groups of equal size)")
-
-    @property
-    def world_size(self) -> int:
-        return self.pp * self.dp * self.tp
-
-    def coords(self, rank: int) -> dict[str, int]:
-        """``{"pp": p, "dp": d, "tp": t}`` of ``rank`` (tensor parallel varies fastest)."""
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} is outside a layout of {self.world_size} ranks")
-        return {"pp": rank // (self.dp * self.tp), "dp": rank // self.tp % self.dp, "tp": rank % self.tp}
-
-    def __str__(self) -> str:
-        hsdp = f" (HSDP {self.replicate}×{self.dp // self.replicate})" if self.replicate > 1 else ""
-        return f"pp={self.pp} × dp={self.dp}{hsdp} × tp={self.tp} = {self.world_size} ranks"
-
-
-def make_mesh(layout: Layout, device_type: str = "cpu"):
-    """The ``DeviceMesh`` of ``layout`` over this job's ranks (the process group must exist and have
-    exactly ``layout.world_size`` ranks). Dimensions ``("pp", "dp", "tp")``; with HSDP
-    ``("pp", "replicate", "shard", "tp")``, the data-parallel ranks as a grid of their own."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    if dist.get_world_size() != layout.world_size:
-        raise ValueError(f"{layout} needs {layout.world_size} processes, this job has {dist.get_world_size()}")
-    if layout.replicate == 1:
-        return init_device_mesh(device_type, (layout.pp, layout.dp, layout.tp), mesh_dim_names=AXES)
-    shape = (layout.pp, layout.replicate, layout.dp // layout.replicate, layout.tp)
-    return init_device_mesh(device_type, shape, mesh_dim_names=("pp", "replicate", "shard", "tp"))
 
 
 def data_parallel_mesh(mesh):
@@ -256,6 +208,9 @@ def parallelize(model: GPT, layout: Layout, mesh, rank: int, *, schedule: str | 
 
     from .tensor_parallel import parallelize_gpt
 
+    if layout.cp > 1 or layout.ep > 1:
+        raise ValueError(f"{layout}: composed.parallelize trains dp × tp × pp; context and expert parallelism "
+                         f"are chapters 14 and 15's (course_utils.context_parallel, course_utils.expert_parallel)")
     if layout.pp > 1 and schedule is None:
         raise ValueError(f"pp={layout.pp} needs a pipeline schedule: schedule= one of {', '.join(SCHEDULES)}")
     pp_rank = layout.coords(rank)["pp"]
@@ -276,7 +231,8 @@ def parallelize(model: GPT, layout: Layout, mesh, rank: int, *, schedule: str | 
 
 def by_dimension(calls: list, mesh) -> dict[str, list]:
     """``commcount`` calls grouped by the mesh dimension they ran on (``"dp"``, ``"tp"``, ...)."""
-    groups = {tuple(mesh[name].mesh.flatten().tolist()): name for name in mesh.mesh_dim_names}
+    groups = {tuple(mesh[name].mesh.flatten().tolist()): name for name in mesh.mesh_dim_names
+              if mesh[name].size() > 1}   # a group of one rank never talks (and all such look alike)
     out: dict[str, list] = {}
     for call in calls:
         out.setdefault(groups.get(tuple(call.group), "other"), []).append(call)

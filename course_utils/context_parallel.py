@@ -182,7 +182,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: st
                    group=None) -> torch.Tensor:
     """Causal attention for this rank's part of the sequence (cut by :func:`shard` with ``layout``):
     q, k, v (B, heads, T_local, head_dim) -> output of the same shape, equal to this rank's part of
-    ``scaled_dot_product_attention(Q, K, V, is_causal=True)`` on the full sequence."""
+    ``scaled_dot_product_attention(Q, K, V, is_causal=True)`` on the full sequence. ``group``: the
+    ring's ranks, the context-parallel group of the process grid
+    (``course_utils.layout.make_mesh(grid)["cp"].get_group()``); None: every rank."""
     if q.shape[-2] % 2:
         raise ValueError(f"this rank holds {q.shape[-2]} positions; it must hold two equal chunks "
                          f"(cut the sequence with context_parallel.shard)")

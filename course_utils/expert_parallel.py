@@ -53,8 +53,10 @@ def exchange_counts(per_expert: torch.Tensor, group=None) -> torch.Tensor:
 
 class ExpertParallelMoE(nn.Module):
     """The layer ``moe`` with only this rank's experts; the router copied. x: this rank's (B, T, d).
-    After each call, as ``MoE``: ``aux_loss``, ``dropped``, ``load`` (E,), and ``kept`` (E,) the rows
-    this rank sent to each expert."""
+    ``group``: the ranks that split the experts, the expert-parallel group of the process grid
+    (``course_utils.layout.expert_mesh(grid)["ep"].get_group()``, carved out of dp × cp); None: every
+    rank. After each call, as ``MoE``: ``aux_loss``, ``dropped``, ``load`` (E,), and ``kept`` (E,) the
+    rows this rank sent to each expert."""
 
     def __init__(self, moe: MoE, group=None):
         super().__init__()

@@ -17,35 +17,12 @@ only on ``seed`` (a private generator: the global random state is left alone).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """Sizes of the model. ``d_model`` must divide into ``n_head`` heads."""
-
-    vocab_size: int = 64      # distinct tokens
-    block_size: int = 32      # longest sequence (tokens)
-    n_layer: int = 2          # transformer blocks
-    n_head: int = 4           # attention heads per block
-    d_model: int = 32         # width of the residual stream
-    bias: bool = True         # biases in Linear and LayerNorm
-
-    def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model={self.d_model} must be a multiple of n_head={self.n_head} "
-                             f"(each head gets d_model / n_head dimensions)")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_head
+from .shape import GPTConfig  # the model's sizes, shared with accounting and the planner
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -114,6 +91,9 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig, seed: int = 0):
         super().__init__()
+        if config.n_expert:
+            raise ValueError(f"GPT builds dense MLPs; n_expert={config.n_expert} is a mixture of experts: "
+                             f"build it with course_utils.moe.moe_gpt(config)")
         self.config = config
         with torch.random.fork_rng(devices=[]):   # the layers' default init draws from the global RNG
             self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)

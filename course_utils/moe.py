@@ -123,15 +123,22 @@ class MoE(nn.Module):
         return torch.cat(out).view(B, T, d)
 
 
-def moe_gpt(config, n_expert: int, top_k: int = 2, capacity_factor: float = 1.25, groups: int = 1,
-            seed: int = 0):
+def moe_gpt(config, n_expert: int | None = None, top_k: int | None = None, capacity_factor: float = 1.25,
+            groups: int = 1, seed: int = 0):
     """The course's GPT (``course_utils.gpt``) with every block's MLP replaced by a MoE layer
-    (experts of the MLP's size, 4·d_model; block ``i``'s seeded with ``seed + 1 + i``)."""
+    (experts of the MLP's size, 4·d_model; block ``i``'s seeded with ``seed + 1 + i``).
+    ``n_expert`` and ``top_k`` default to the config's (``GPTConfig.n_expert``, ``.top_k``)."""
+    from dataclasses import replace
+
     from .gpt import GPT
 
-    model = GPT(config, seed=seed)
+    n_expert, top_k = n_expert or config.n_expert, top_k or config.top_k
+    if not n_expert:
+        raise ValueError("moe_gpt needs experts: n_expert=... or a GPTConfig with n_expert > 0")
+    model = GPT(replace(config, n_expert=0), seed=seed)
     for i, block in enumerate(model.blocks):
         block.mlp = MoE(config.d_model, n_expert, top_k, capacity_factor, groups=groups, seed=seed + 1 + i)
+    model.config = replace(config, n_expert=n_expert, top_k=top_k)   # the shape it has
     return model
 
 

@@ -2,10 +2,15 @@
 recomputation, microbatch size) on a cluster — pure arithmetic, so that every number can be checked
 by hand.
 
-The model of one training step (a GPT like ``course_utils.gpt``: L layers, hidden h, a heads,
-sequence s, vocabulary V, untied head; with ``experts`` E > 0 each block's MLP is E experts of which
+Three inputs: the model, a ``course_utils.shape.GPTConfig`` (the one ``course_utils.gpt`` builds);
+the grid, a ``course_utils.layout.Layout`` (the one ``course_utils.composed`` trains on); and how each
+rank trains, a :class:`Recipe` (ZeRO stage, recomputation, microbatch size, flash attention).
+
+The model of one training step (a GPT like ``course_utils.gpt``: L = ``n_layer`` layers, hidden
+h = ``d_model``, a = ``n_head`` heads, sequences of s = ``block_size`` tokens, vocabulary
+V = ``vocab_size``, untied head; with ``n_expert`` E > 0 each block's MLP is E experts of which
 each token uses ``top_k`` k (chapter 15); global batch B sequences; n = dp · tp · pp · cp GPUs,
-ranks ordered tp, cp, dp, pp from the inside out, as Megatron-LM orders them):
+ranks ordered tp, cp, dp, pp from the inside out, as Megatron-LM orders them and ``Layout`` does):
 
 - **model state** per GPU: the weights of the largest pipeline stage (L/pp blocks of 12h² + 13h,
   or 4h² + 8h + E·h plus E/ep experts of 8h² + 5h; the V·h embedding and s·h positions on the first
@@ -45,52 +50,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from . import accounting, costmodel
+from . import costmodel
+from .layout import Layout
+from .shape import GPTConfig
 
 BYTES_PER_PARAM = costmodel.BYTES_PER_PARAM[("amp", "adam")]   # (weights, gradients, optimizer state)
-
-
-@dataclass(frozen=True)
-class Transformer:
-    """A GPT's shape: ``layers`` blocks of width ``hidden`` with ``heads`` heads, sequences of
-    ``seq`` tokens, a ``vocab``-token vocabulary; ``experts`` > 0 makes each MLP a mixture of that
-    many experts (each 8h² + 5h parameters, like the dense MLP), ``top_k`` of them per token."""
-
-    layers: int
-    hidden: int
-    heads: int
-    seq: int
-    vocab: int
-    experts: int = 0
-    top_k: int = 2
-
-    @property
-    def routed(self) -> int:
-        """Experts each token visits: ``top_k`` with experts, the one dense MLP without."""
-        return self.top_k if self.experts else 1
-
-    def block_params(self) -> tuple[int, int]:
-        """(dense, experts) parameters of one block: attention, LayerNorms and router (or the
-        dense MLP), and all the experts."""
-        h = self.hidden
-        dense = accounting.block_params(h)
-        if not self.experts:
-            return dense, 0
-        mlp = 8 * h * h + 5 * h
-        return dense - mlp + h * self.experts, self.experts * mlp
-
-    @property
-    def params(self) -> int:
-        extra = sum(self.block_params()) - accounting.block_params(self.hidden)   # experts past one MLP, router
-        return accounting.gpt_params(self.vocab, self.seq, self.layers, self.hidden)["total"] + self.layers * extra
-
-    @property
-    def flops_per_token(self) -> int:
-        """Training FLOPs per token, without recomputation: 6 per parameter the token uses."""
-        h, extra = self.hidden, 0
-        if self.experts:    # k experts' MLPs instead of one, and the router's h·E
-            extra = 6 * self.layers * ((self.top_k - 1) * 8 * h * h + h * self.experts)
-        return accounting.train_flops_per_token(self.vocab, self.layers, h, self.seq) + extra
 
 
 @dataclass(frozen=True)
@@ -126,17 +90,11 @@ MEGATRON_2021 = [
 
 
 @dataclass(frozen=True)
-class Layout:
-    """``dp × tp × pp × cp`` GPUs (cp: context parallel, each sequence split over cp ranks); ``ep``
-    expert-parallel ranks (carved out of dp × cp, each holding experts/ep experts); ``zero`` stage
-    over the ranks holding the same weights; ``recompute`` "none" or "full"; ``microbatch``
-    sequences per microbatch; ``flash``: a fused attention kernel (no s×s scores kept)."""
+class Recipe:
+    """How each rank trains, on whatever layout: the ``zero`` stage (0–3) over the ranks holding
+    the same weights; ``recompute`` "none" or "full"; ``microbatch`` sequences per microbatch;
+    ``flash``: a fused attention kernel (no s×s scores kept)."""
 
-    dp: int
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
     zero: int = 1
     recompute: str = "none"
     microbatch: int = 1
@@ -145,10 +103,11 @@ class Layout:
 
 @dataclass
 class Prediction:
-    """What :func:`predict` says of one layout: bytes per GPU by part, seconds per step by part,
-    MFU, and why the layout is impossible (``reason``; None when it is possible)."""
+    """What :func:`predict` says of one layout and recipe: bytes per GPU by part, seconds per step
+    by part, MFU, and why it is impossible (``reason``; None when it is possible)."""
 
     layout: Layout
+    recipe: Recipe
     memory: dict[str, float] = field(default_factory=dict)
     time: dict[str, float] = field(default_factory=dict)
     mfu: float = 0.0
@@ -163,80 +122,85 @@ class Prediction:
         return sum(self.time.values())
 
 
-def _check(model: Transformer, layout: Layout, global_batch: int, cluster: Cluster) -> str | None:
-    """Why ``layout`` cannot run this model on this cluster, or None."""
-    n = layout.dp * layout.tp * layout.pp * layout.cp
+def _check(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, cluster: Cluster) -> str | None:
+    """Why ``layout`` and ``recipe`` cannot run this model on this cluster, or None."""
+    n = layout.world_size
     if n != cluster.gpus:
         return f"dp·tp·pp·cp = {n}, not the cluster's {cluster.gpus} GPUs"
-    if model.heads % layout.tp:
-        return f"{model.heads} heads do not split over tp={layout.tp}"
+    if layout.replicate > 1:
+        return f"replicate={layout.replicate}: the planner does not model HSDP; give the dp ranks and a ZeRO stage"
+    if model.n_head % layout.tp:
+        return f"{model.n_head} heads do not split over tp={layout.tp}"
     if layout.tp > cluster.gpus_per_node:
         return f"tp={layout.tp} spans nodes: its all-reduces would cross InfiniBand every layer"
-    if model.seq % (2 * layout.cp) and layout.cp > 1:
-        return f"a sequence of {model.seq} does not split into 2·cp={2 * layout.cp} chunks (load-balanced ring)"
-    if layout.ep > 1 and not model.experts:
+    if model.block_size % (2 * layout.cp) and layout.cp > 1:
+        return (f"a sequence of {model.block_size} does not split into 2·cp={2 * layout.cp} chunks "
+                f"(load-balanced ring)")
+    if layout.ep > 1 and not model.n_expert:
         return f"ep={layout.ep} needs experts; this model's MLPs are dense"
-    if model.experts and (model.experts % layout.ep or (layout.dp * layout.cp) % layout.ep):
-        return f"{model.experts} experts over ep={layout.ep}: ep must divide the experts and dp·cp"
-    if model.layers % layout.pp:
-        return f"{model.layers} layers do not split into pp={layout.pp} stages"
-    if global_batch % (layout.dp * layout.microbatch):
-        return f"a batch of {global_batch} does not split into dp={layout.dp} × microbatches of {layout.microbatch}"
-    if layout.pp > 1 and global_batch // (layout.dp * layout.microbatch) < layout.pp:
-        return f"{global_batch // (layout.dp * layout.microbatch)} microbatches cannot fill pp={layout.pp} stages"
-    if layout.recompute not in ("none", "full") or layout.zero not in costmodel.ZERO_STAGES:
-        return f"recompute must be 'none' or 'full' and zero one of 0-3, got {layout.recompute!r}, {layout.zero!r}"
+    if model.n_expert % layout.ep:
+        return f"{model.n_expert} experts over ep={layout.ep}: ep must divide the experts and dp·cp"
+    if model.n_layer % layout.pp:
+        return f"{model.n_layer} layers do not split into pp={layout.pp} stages"
+    b = recipe.microbatch
+    if global_batch % (layout.dp * b):
+        return f"a batch of {global_batch} does not split into dp={layout.dp} × microbatches of {b}"
+    if layout.pp > 1 and global_batch // (layout.dp * b) < layout.pp:
+        return f"{global_batch // (layout.dp * b)} microbatches cannot fill pp={layout.pp} stages"
+    if recipe.recompute not in ("none", "full") or recipe.zero not in costmodel.ZERO_STAGES:
+        return f"recompute must be 'none' or 'full' and zero one of 0-3, got {recipe.recompute!r}, {recipe.zero!r}"
     return None
 
 
-def stage_params(model: Transformer, layout: Layout) -> tuple[float, float]:
+def stage_params(model: GPTConfig, layout: Layout) -> tuple[float, float]:
     """(dense, experts) parameters one GPU of the busiest (first) pipeline stage holds, before ZeRO:
     its L/pp blocks (of the experts, E/ep), the V·h token and s·h position embeddings, and the V·h
     head too when pp = 1; all split by tp (the embedding and head by vocabulary, as Megatron-LM
     does)."""
     dense_block, experts_block = model.block_params()
     ends = 2 if layout.pp == 1 else 1                 # embedding and head on one GPU, or one on each end
-    blocks = model.layers // layout.pp
-    dense = blocks * dense_block + ends * model.vocab * model.hidden + model.seq * model.hidden
+    blocks = model.n_layer // layout.pp
+    dense = blocks * dense_block + ends * model.vocab_size * model.d_model + model.block_size * model.d_model
     return dense / layout.tp, blocks * experts_block / layout.ep / layout.tp
 
 
-def params_per_gpu(model: Transformer, layout: Layout) -> float:
+def params_per_gpu(model: GPTConfig, layout: Layout) -> float:
     """Parameters one GPU of the busiest pipeline stage holds before ZeRO (:func:`stage_params`)."""
     return sum(stage_params(model, layout))
 
 
-def memory(model: Transformer, layout: Layout) -> dict[str, float]:
+def memory(model: GPTConfig, layout: Layout, recipe: Recipe) -> dict[str, float]:
     """Bytes on the busiest GPU (the first pipeline stage): model state and activations."""
-    L, h, a, s, V, b = model.layers, model.hidden, model.heads, model.seq, model.vocab, layout.microbatch
+    L, h, a, s, V = model.n_layer, model.d_model, model.n_head, model.block_size, model.vocab_size
+    b = recipe.microbatch
     split = layout.tp * layout.cp                     # activations: heads (or sequence, SP) × context
     dense, experts = stage_params(model, layout)
     replicas = layout.dp * layout.cp                  # ranks holding the same dense weights
-    sharded = costmodel.ZERO_STAGES[layout.zero]
+    sharded = costmodel.ZERO_STAGES[recipe.zero]
     state = {name: (dense / (replicas if cut else 1) + experts / (replicas // layout.ep if cut else 1)) * nbytes
              for name, nbytes, cut in zip(("weights", "gradients", "optimizer"), BYTES_PER_PARAM, sharded)}
-    whole_layer = s * b * h * (15 + 19 * model.routed) / split + (0 if layout.flash else 5 * a * s * s * b / split)
-    if layout.recompute == "full":      # the layers' inputs, and one layer recomputed at a time
+    whole_layer = s * b * h * (15 + 19 * model.routed) / split + (0 if recipe.flash else 5 * a * s * s * b / split)
+    if recipe.recompute == "full":      # the layers' inputs, and one layer recomputed at a time
         kept = L * 2 * s * b * h / split + whole_layer
     else:
         kept = L * whole_layer
     return {**state, "activations": kept, "logits": 4 * s * b * V / split}
 
 
-def step_time(model: Transformer, layout: Layout, global_batch: int, cluster: Cluster,
+def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, cluster: Cluster,
               efficiency: float) -> dict[str, float]:
     """Seconds of one step by part: compute, bubble, and the traffic of each kind of parallelism."""
-    L, h, s, b, k = model.layers, model.hidden, model.seq, layout.microbatch, model.routed
+    L, h, s, b, k = model.n_layer, model.d_model, model.block_size, recipe.microbatch, model.routed
     t, p, d, c, e = layout.tp, layout.pp, layout.dp, layout.cp, layout.ep
     n, m = cluster.gpus, global_batch // (d * b)
-    passes = 4 / 3 if layout.recompute == "full" else 1.0            # one more forward of the blocks
+    passes = 4 / 3 if recipe.recompute == "full" else 1.0            # one more forward of the blocks
     compute = model.flops_per_token * global_batch * s * passes / n / (efficiency * cluster.peak_tflops * 1e12)
     link = lambda inside: (cluster.nvlink_gbps if inside else cluster.ib_gbps) * 1e9  # noqa: E731
     ring = lambda nbytes, ranks, inside: costmodel.collective_time(  # noqa: E731  # an all-reduce of nbytes
         "all_reduce", 2 * (ranks - 1) / ranks * nbytes, ranks, cluster.alpha_s, 1 / link(inside))
     node = cluster.gpus_per_node
     layer_passes = L // p * m                                          # (layer, microbatch) pairs per step
-    redo = layout.recompute == "full"
+    redo = recipe.recompute == "full"
     tp = layer_passes * (6 if redo else 4) * ring(s * b * h * 2 / c, t, True)
     kv = 2 * s * b * h * 2 / t                                         # K and V of a whole sequence, bf16
     cp = layer_passes * (3 if redo else 2) * costmodel.collective_time(
@@ -244,10 +208,10 @@ def step_time(model: Transformer, layout: Layout, global_batch: int, cluster: Cl
     routed = k * s * b * h * 2 / (t * c)                               # bytes each rank sends to its experts
     ep = layer_passes * (6 if redo else 4) * costmodel.collective_time(
         "all_to_all", routed * (e - 1) / e, e, cluster.alpha_s, 1 / link(t * c * e <= node))
-    dense, experts = stage_params(model, Layout(dp=1, tp=t, pp=p, ep=e))
+    dense, experts = stage_params(model, layout)                       # (stage_params reads pp, tp, ep)
     # ZeRO-3 all-gathers the weights for each microbatch's forward and backward (half an all-reduce
     # each) and reduce-scatters the gradients once; the other stages all-reduce the gradients once
-    zero3 = 0.5 + m if layout.zero == 3 else 1.0
+    zero3 = 0.5 + m if recipe.zero == 3 else 1.0
     inside = t * c * d <= node
     dp = zero3 * (ring(2 * dense, d * c, inside) + ring(2 * experts, d * c // e, inside))
     pp = 2 * m * (cluster.alpha_s + s * b * h * 2 / (t * c) / link(False)) if p > 1 else 0.0
@@ -255,17 +219,18 @@ def step_time(model: Transformer, layout: Layout, global_batch: int, cluster: Cl
             "context parallel": cp, "expert parallel": ep, "data parallel": dp, "pipeline": pp}
 
 
-def predict(model: Transformer, layout: Layout, global_batch: int, cluster: Cluster,
+def predict(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, cluster: Cluster,
             efficiency: float = 0.5) -> Prediction:
-    """Memory, time and MFU of ``layout``; ``reason`` says why it cannot run (or does not fit)."""
-    result = Prediction(layout, reason=_check(model, layout, global_batch, cluster))
+    """Memory, time and MFU of ``recipe`` on ``layout``; ``reason`` says why it cannot run (or does
+    not fit)."""
+    result = Prediction(layout, recipe, reason=_check(model, layout, recipe, global_batch, cluster))
     if result.reason:
         return result
-    result.memory = memory(model, layout)
+    result.memory = memory(model, layout, recipe)
     if result.memory_gb > cluster.hbm_gb:
         result.reason = f"needs {result.memory_gb:.0f} GB per GPU, has {cluster.hbm_gb:.0f} GB"
-    result.time = step_time(model, layout, global_batch, cluster, efficiency)
-    result.mfu = model.flops_per_token * global_batch * model.seq / result.step_s / (
+    result.time = step_time(model, layout, recipe, global_batch, cluster, efficiency)
+    result.mfu = model.flops_per_token * global_batch * model.block_size / result.step_s / (
         cluster.gpus * cluster.peak_tflops * 1e12)
     return result
 
@@ -274,21 +239,22 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def plan(model: Transformer, global_batch: int, cluster: Cluster, efficiency: float = 0.5,
+def plan(model: GPTConfig, global_batch: int, cluster: Cluster, efficiency: float = 0.5,
          microbatches: tuple[int, ...] = (1, 2, 4, 8)) -> list[Prediction]:
     """Every layout of ``cluster.gpus`` GPUs (tp, pp and cp dividing the GPU count, ep dividing
-    dp·cp when the model has experts, ZeRO 0–3, recomputation or not, each ``microbatches`` size),
-    fastest first; impossible ones last, each with its reason. ``plan(...)[0]`` answers "which
-    layout?" (if its ``reason`` is None)."""
+    dp·cp when the model has experts) with every recipe (ZeRO 0–3, recomputation or not, each
+    ``microbatches`` size), fastest first; impossible ones last, each with its reason.
+    ``plan(...)[0]`` answers "which layout?" (if its ``reason`` is None)."""
     results = []
     for tp, pp, cp in itertools.product(divisors(cluster.gpus), repeat=3):
         if cluster.gpus % (tp * pp * cp):
             continue
         dp = cluster.gpus // (tp * pp * cp)
-        for ep in divisors(dp * cp) if model.experts else (1,):
+        for ep in divisors(dp * cp) if model.n_expert else (1,):
+            layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
             for zero, recompute, b in itertools.product(range(4), ("none", "full"), microbatches):
-                layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, recompute=recompute, microbatch=b)
-                results.append(predict(model, layout, global_batch, cluster, efficiency))
+                recipe = Recipe(zero=zero, recompute=recompute, microbatch=b)
+                results.append(predict(model, layout, recipe, global_batch, cluster, efficiency))
     return sorted(results, key=lambda r: (r.reason is not None, -r.mfu))
 
 
@@ -297,9 +263,10 @@ def megatron_2021_predictions(efficiency: float) -> list[tuple[float, float]]:
     recomputation as the paper does, on its layout: ZeRO 0, full recomputation, microbatches of 1
     sequence, attention scores materialised (2021: no flash attention), plain 1F1B."""
     out = []
+    recipe = Recipe(zero=0, recompute="full", microbatch=1, flash=False)
     for _, heads, hidden, layers, tp, pp, gpus, batch, tflops, _ in MEGATRON_2021:
-        model = Transformer(layers=layers, hidden=hidden, heads=heads, seq=2048, vocab=51200)
-        layout = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, zero=0, recompute="full", microbatch=1, flash=False)
-        result = predict(model, layout, batch, Cluster(gpus=gpus, **A100), efficiency)
+        model = GPTConfig(vocab_size=51200, block_size=2048, n_layer=layers, n_head=heads, d_model=hidden)
+        layout = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp)
+        result = predict(model, layout, recipe, batch, Cluster(gpus=gpus, **A100), efficiency)
         out.append((float(tflops), result.mfu * 4 / 3 * A100["peak_tflops"]))
     return out

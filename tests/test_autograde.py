@@ -495,7 +495,7 @@ def test_ch16_solutions_pass(tmp_path):
         return (6 if recompute else 4) * (n_layer // pp) * microbatches
 
     ch16.check_tp_all_reduces(tp_all_reduces, [(2, 1, 2, True), (3, 3, 1, False), (4, 3, 1, False)])
-    model = planner.Transformer(layers=8, hidden=512, heads=8, seq=512, vocab=1000)
+    model = planner.GPTConfig(vocab_size=1000, block_size=512, n_layer=8, n_head=8, d_model=512)
     ranked = planner.plan(model, 32, planner.Cluster(gpus=8, **planner.H100))
     for limit in (1, 5, 80):
         ch16.check_pick(lambda r, gb: max([x for x in r if x.reason is None and x.memory_gb <= gb],

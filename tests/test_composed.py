@@ -13,7 +13,7 @@ NAMES = sorted(n for n, _ in GPT(CONFIG).named_parameters())
 def test_ranks_are_laid_out_tensor_parallel_fastest():
     layout = composed.Layout(pp=2, dp=2, tp=2)
     assert layout.world_size == 8
-    assert [tuple(layout.coords(r).values()) for r in range(8)] == [
+    assert [tuple(layout.coords(r)[a] for a in ("pp", "dp", "tp")) for r in range(8)] == [
         (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]
     assert str(composed.Layout(dp=4, replicate=2)) == "pp=1 × dp=4 (HSDP 2×2) × tp=1 = 4 ranks"
 
@@ -21,6 +21,7 @@ def test_ranks_are_laid_out_tensor_parallel_fastest():
 @pytest.mark.parametrize("kwargs, message", [
     ({"dp": 0}, "dp must be a positive integer"),
     ({"dp": 3, "replicate": 2}, "replicate=2 must divide dp=3"),
+    ({"dp": 2, "cp": 3, "ep": 4}, "ep=4 must divide dp·cp=6"),
 ])
 def test_bad_layouts_say_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -68,6 +68,23 @@ def test_bad_arguments_say_what_to_do():
         MoE(8, 4, groups=2)(torch.zeros(3, 2, 8))
 
 
+def test_a_config_with_experts_builds_through_moe_gpt_only():
+    """One GPTConfig says the shape, experts included: moe_gpt reads n_expert and top_k from it (the
+    same model as passing them), and the dense GPT refuses it rather than drop the experts."""
+    from course_utils.gpt import GPT, GPTConfig
+    from course_utils.moe import moe_gpt
+
+    dense = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, d_model=8)
+    sparse = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, d_model=8, n_expert=4, top_k=1)
+    ours, theirs = moe_gpt(sparse, seed=3), moe_gpt(dense, n_expert=4, top_k=1, seed=3)
+    assert ours.config == theirs.config == sparse and ours.blocks[0].mlp.top_k == 1
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    with pytest.raises(ValueError, match="build it with course_utils.moe.moe_gpt"):
+        GPT(sparse)
+    with pytest.raises(ValueError, match="n_expert must be 0 .dense. or at least top_k=2"):
+        GPTConfig(n_expert=1)
+
+
 @pytest.mark.parametrize("world_size,n_expert,top_k,capacity_factor",
                          [(2, 4, 1, 1.0), (2, 4, 2, 1.25), (4, 8, 2, 1.0), (3, 3, 1, 4.0)])
 def test_expert_parallel_equals_one_process_with_a_group_per_rank(world_size, n_expert, top_k,

@@ -201,3 +201,54 @@ def finishes_unevenly(rank, world_size, log_dir):
         time.sleep(1.0)
     open(os.path.join(log_dir, f"done{rank}"), "w").write(repr(time.time()))
     return rank
+
+
+def mesh_groups(rank, world_size, layout):
+    """This rank's group of every dimension of ``layout.make_mesh`` and ``layout.expert_mesh``
+    (course_utils.layout), as sorted global ranks."""
+    from course_utils.layout import expert_mesh, make_mesh
+
+    dense, experts = make_mesh(layout), expert_mesh(layout)
+    groups = {dim: sorted(dense[dim].mesh.flatten().tolist()) for dim in dense.mesh_dim_names}
+    return groups | {dim: sorted(experts[dim].mesh.flatten().tolist()) for dim in ("ep", "edp")}
+
+
+def parallel_on_a_layout_group(rank, world_size, layout, dim):
+    """Ring attention (dim "cp") or an expert-parallel MoE layer (dim "ep") over this rank's group of
+    ``layout`` (course_utils.layout's meshes), each group on its own data, == the one-process result
+    for that group's data. Returns max |diff| (outputs and input gradients) and the group's ranks."""
+    import torch
+    import torch.nn.functional as F
+
+    from course_utils import context_parallel as cp
+    from course_utils.expert_parallel import ExpertParallelMoE
+    from course_utils.layout import expert_mesh, make_mesh
+    from course_utils.moe import MoE
+
+    mesh = make_mesh(layout)[dim] if dim == "cp" else expert_mesh(layout)["ep"]
+    group, size, me = mesh.get_group(), mesh.size(), mesh.get_local_rank()
+    which = next(i for i, g in enumerate(layout.groups(dim)) if rank in g)       # this group's data
+    g = torch.Generator().manual_seed(which)
+    if dim == "cp":
+        q, k, v = (torch.randn(1, 2, 4 * size, 4, generator=g, dtype=torch.float64, requires_grad=True)
+                   for _ in range(3))
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        ref.pow(2).sum().backward()
+        mine = [cp.shard(t.detach(), "zigzag", me, size, dim=2).requires_grad_() for t in (q, k, v)]
+        out = cp.ring_attention(*mine, layout="zigzag", group=group)
+        out.pow(2).sum().backward()
+        errors = [(out - cp.shard(ref, "zigzag", me, size, dim=2)).abs().max().item(),
+                  (mine[0].grad - cp.shard(q.grad, "zigzag", me, size, dim=2)).abs().max().item()]
+    else:
+        x = torch.randn(2 * size, 6, 8, generator=g, dtype=torch.float64)
+        one = MoE(8, 4, 2, 1.25, groups=size, seed=3).double()
+        whole = x.clone().requires_grad_()
+        ref = one(whole)
+        ref.pow(2).sum().backward()
+        ep = ExpertParallelMoE(MoE(8, 4, 2, 1.25, seed=3).double(), group)
+        mine = x.chunk(size)[me].clone().requires_grad_()
+        out = ep(mine)
+        out.pow(2).sum().backward()
+        errors = [(out - ref.chunk(size)[me]).abs().max().item(),
+                  (mine.grad - whole.grad.chunk(size)[me]).abs().max().item()]
+    return max(errors), sorted(mesh.mesh.flatten().tolist())

@@ -60,8 +60,8 @@ def _judge_pick(got, ranked: Sequence, limit_gb: float) -> None:
         if exact and not _fits(ranked, limit_gb, strict=True):
             hint = f" Each needs exactly {limit}: a layout that needs exactly the limit fits (<=, not <)."
         raise AssertionError(f"pick returned None, but {len(fits)} layouts can run within {limit}, e.g. "
-                             f"{want.layout} needs {want.memory_gb:.1f} GB (memory_gb is in GB; .memory holds "
-                             f"bytes by part).{hint}")
+                             f"{want.layout} with {want.recipe} needs {want.memory_gb:.1f} GB (memory_gb is in GB; "
+                             f".memory holds bytes by part).{hint}")
     if isinstance(got, planner.Layout):
         raise AssertionError("pick returned a planner.Layout (a prediction's .layout): return the Prediction "
                              "itself, the element of `ranked`, so that its memory and MFU come with it.")
@@ -75,7 +75,8 @@ def _judge_pick(got, ranked: Sequence, limit_gb: float) -> None:
                              f"filter on memory_gb too.")
     if got.mfu >= want.mfu:
         return
-    lead = f"with a limit of {limit}, MFU {want.mfu:.1%} ({want.layout}) fits and beats your {got.mfu:.1%}: "
+    lead = (f"with a limit of {limit}, MFU {want.mfu:.1%} ({want.layout}, {want.recipe}) fits and beats your "
+            f"{got.mfu:.1%}: ")
     below = _fastest(_fits(ranked, limit_gb, strict=True))   # what `memory_gb < limit_gb` would pick
     if any(r.mfu > got.mfu for r in exact) and below is not None and got.mfu >= below.mfu:
         raise AssertionError(lead + f"a layout that needs exactly {limit} fits: compare memory_gb <= limit_gb, not <.")

@@ -9,6 +9,10 @@ Lessons: what a chapter teaches, written to be read top to bottom.
 - ``dataparallel``     data parallel training from scratch: every rank's gradients averaged (ch. 02)
 - ``costmodel``        alpha-beta communication model, Amdahl, memory per parameter and per ZeRO stage,
   pipeline bubble: pure arithmetic (ch. 01, 10)
+- ``shape``            a GPT's shape (``GPTConfig``): sizes, parameters and FLOPs per token, dense or MoE;
+  one vocabulary for the model, the accounting and the planner
+- ``layout``           the process grid (``Layout``: dp, tp, pp, cp, ep): rank coordinates, the groups of
+  each dimension, the device mesh (ch. 14-16)
 - ``gpt``              a tiny GPT (nanoGPT-style, separate q/k/v, untied head): the transformer to split
 - ``accounting``       a transformer's parameters, FLOPs, activation and model-state bytes (ch. 13)
 - ``tensor_parallel``  Megatron's split of the GPT's blocks over ranks, as DTensor plans (ch. 09)

@@ -19,12 +19,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..data import linear_regression, shard
-from ..models import mlp
-from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, same, student_function
-from .ch00 import call_student, check_number, explain, recorded_collectives
+from course_utils.data import linear_regression, shard
+from course_utils.models import mlp
 
-# --- Q1: every sample on exactly one rank, with its label ---------------------------------------------
+from .compare import first_mismatch, mlp_parameters, same
+from .feedback import call_student, check_number, explain
+from .hardware import recorded_collectives
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
+
 
 def _dataset(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``n`` samples whose features and label say which sample they are: ``X[i] = (i, -i)``, ``y[i] = 1000 + i``."""

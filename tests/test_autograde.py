@@ -1,5 +1,5 @@
-"""course_utils.autograde: every solution passes, every untouched stub and planted classic mistake
-fails with its specific hint (no traceback from inside torch), and a hanging or crashing answer
+"""grading (chapter NN's grader imported as chNN): every solution passes, every untouched stub and
+planted classic mistake fails with its specific hint (no traceback from inside torch), and a hanging or crashing answer
 leaves no process behind."""
 import textwrap
 
@@ -7,8 +7,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.autograde import ch02, ch03, ch04, ch09, ch10, ch11, ch12, ch13, ch14, ch15, ch16
 from course_utils.scripts import descendants
+from grading import checkpointing as ch11
+from grading import composing_parallelism as ch16
+from grading import context_parallel as ch14
+from grading import data_parallel as ch02
+from grading import ddp as ch03
+from grading import expert_parallel as ch15
+from grading import mixed_precision as ch04
+from grading import model_parallel as ch09
+from grading import performance as ch12
+from grading import sharded_data_parallel as ch10
+from grading import transformer_flops as ch13
 
 HEADER = "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
 

@@ -29,6 +29,7 @@ from .mutant import Mutant
 from .ranks import run_ranks
 from .student import load_student, student_function
 
+# --- Q1: every sample on exactly one rank, with its label ---------------------------------------------
 
 def _dataset(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``n`` samples whose features and label say which sample they are: ``X[i] = (i, -i)``, ``y[i] = 1000 + i``."""

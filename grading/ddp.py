@@ -36,6 +36,7 @@ from .mutant import Mutant
 from .ranks import run_ranks
 from .student import load_student, student_function
 
+# --- Q1: what each rank's sampler draws, epoch by epoch ---------------------------------------------
 
 def _epoch_lists(epoch_indices: Callable, n: int, world_size: int, rank: int, epochs: int, seed: int) -> list:
     """``epoch_indices(...)`` for one rank as a list of lists of ints; fail on any other shape."""

@@ -4,7 +4,8 @@ import sys
 import numpy as np
 import pytest
 
-from course_utils import bench, data, exercises, hardware, models
+from course_utils import bench, data, hardware, models
+from grading import assertions
 
 
 def test_report_is_readable():
@@ -26,8 +27,8 @@ def test_seed_everything_is_reproducible():
 
 def test_importing_course_utils_imports_no_framework():
     code = ("import sys, course_utils, course_utils.launch, course_utils.hardware, "
-            "course_utils.costmodel, course_utils.tfdevices, course_utils.data, course_utils.exercises, "
-            "course_utils.bench; "
+            "course_utils.costmodel, course_utils.tfdevices, course_utils.data, course_utils.bench, "
+            "grading, grading.assertions; "
             "print(sorted(m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -80,14 +81,14 @@ def test_time_fn():
 
 def test_exercise_checks_give_helpful_messages():
     with pytest.raises(AssertionError, match="still Ellipsis"):
-        exercises.check_close(..., 1.0, "speedup")
+        assertions.check_close(..., 1.0, "speedup")
     with pytest.raises(AssertionError, match="`speedup` is off: 2 vs expected 1"):
-        exercises.check_close(2.0, 1.0, "speedup")
+        assertions.check_close(2.0, 1.0, "speedup")
     with pytest.raises(AssertionError, match="shape"):
-        exercises.check_close([1, 2], [1, 2, 3], "v")
-    exercises.check_close(np.float32(1.0), 1.0, "x")
+        assertions.check_close([1, 2], [1, 2, 3], "v")
+    assertions.check_close(np.float32(1.0), 1.0, "x")
     with pytest.raises(AssertionError, match="expected 3"):
-        exercises.check_equal(2, 3, "n")
+        assertions.check_equal(2, 3, "n")
 
 
 def test_heap_bytes_sees_a_tensor_come_and_go():

@@ -1,7 +1,7 @@
 """The exercise graders accept no wrong answer we know of, and their hidden tests are not the public ones.
 
 Every question of every exercise notebook has a table of at least five planted wrong answers
-(``MUTANTS`` in ``course_utils/autograde/chNN.py``); each must get 0 points with its specific hint,
+(``MUTANTS`` in the chapter's module of ``grading/``); each must get 0 points with its specific hint,
 and the solution must pass, run the way otter's autograder runs the notebook (``tools/mutants.py``).
 The questions are spread over the xdist workers one by one (``tests/conftest.py``), not by file.
 """
@@ -39,7 +39,8 @@ def test_hidden_tests_differ_from_the_public_ones(chapter, question):
 def test_every_question_has_a_table_of_planted_wrong_answers(chapter, question):
     exercise = EXERCISES[chapter]
     table = mutants.mutant_table(chapter)
-    assert set(table) <= set(exercise.questions), f"ch{chapter}.MUTANTS names questions that do not exist"
+    assert set(table) <= set(exercise.questions), \
+        f"{mutants.grader_module(chapter)}.MUTANTS names questions that do not exist"
     planted = table.get(question, ())
     assert len(planted) >= MIN_MUTANTS, f"{chapter} {question} has {len(planted)} mutants, needs {MIN_MUTANTS}"
     assert len({m.name for m in planted}) == len(planted), "two mutants share a name"
@@ -82,7 +83,7 @@ def test_the_verdict_refuses_an_accepted_answer_a_crash_and_feedback_without_the
 
 
 def test_a_mutant_edit_must_match_the_solution_once():
-    from course_utils.autograde import Mutant
+    from grading.mutant import Mutant
 
     exercise = EXERCISES["00"]
     with pytest.raises(ValueError, match="occurs 0 times"):

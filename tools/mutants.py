@@ -2,11 +2,12 @@
 
     .venv/bin/python tools/mutants.py exercises/14_sequence_context_parallel.ipynb [q3]
 
-Every question of ``exercises/NN_name.ipynb`` has a table of planted wrong answers, ``MUTANTS`` in
-``course_utils/autograde/chNN.py`` (:class:`course_utils.autograde.Mutant`): the solution cell with an
-edit, or a whole other cell, and the words its feedback must contain. This tool runs a question the
-way otter's autograder does, in one IPython namespace: the notebook's code before the question, the
-question's cells with the solution cell replaced, then each of its test cases (public and hidden).
+Every question of ``exercises/NN_name.ipynb`` has a table of planted wrong answers, ``MUTANTS`` in its
+grader, the module of ``grading/`` the notebook imports its checks from (:class:`grading.mutant.Mutant`):
+the solution cell with an edit, or a whole other cell, and the words its feedback must contain. This
+tool runs a question the way otter's autograder does, in one IPython namespace: the notebook's code
+before the question, the question's cells with the solution cell replaced, then each of its test
+cases (public and hidden).
 A question is all-or-nothing (its config says so, :func:`questions` checks it), so a mutant scores 0
 exactly when one test case fails; the check is that one fails, with an ``AssertionError`` (feedback,
 not a crash inside the grader) whose message contains the mutant's hint.
@@ -127,9 +128,20 @@ def exercise_path(chapter: str) -> Path:
     return path
 
 
+def grader_module(chapter: str) -> str:
+    """The module of ``grading`` that ``exercises/NN_*.ipynb`` imports its checks from, e.g.
+    ``"grading.data_parallel"`` for chapter ``"02"`` (the notebook says which; no second table)."""
+    path = exercise_path(chapter)
+    found = set(re.findall(r"from (grading\.\w+) import", path.read_text()))
+    if len(found) != 1:
+        raise ValueError(f"{path.name} imports its checks from {sorted(found) or 'no module'} of grading; "
+                         "it must import them from exactly one (`from grading.<topic> import check_...`)")
+    return found.pop()
+
+
 def mutant_table(chapter: str) -> dict:
-    """``MUTANTS`` of ``course_utils.autograde.chNN``: question name -> tuple of Mutant."""
-    return importlib.import_module(f"course_utils.autograde.ch{chapter}").MUTANTS
+    """``MUTANTS`` of chapter ``NN``'s grader (:func:`grader_module`): question name -> tuple of Mutant."""
+    return importlib.import_module(grader_module(chapter)).MUTANTS
 
 
 @dataclass

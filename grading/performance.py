@@ -22,7 +22,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import Mutant, load_student, run_ranks, student_function
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
 
 # ---------------------------------------------------------------------------------------------
 # Shared: call a student's function, turn whatever it raises into feedback

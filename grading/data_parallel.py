@@ -19,10 +19,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..data import linear_regression, shard
-from ..models import mlp
-from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, same, student_function
-from .ch00 import call_student, check_number, explain, recorded_collectives
+from course_utils.data import linear_regression, shard
+from course_utils.models import mlp
+
+from .compare import first_mismatch, mlp_parameters, same
+from .feedback import call_student, check_number, explain
+from .hardware import recorded_collectives
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
 
 # --- Q1: every sample on exactly one rank, with its label ---------------------------------------------
 

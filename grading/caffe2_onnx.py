@@ -14,21 +14,20 @@ Imports only NumPy at import time; onnx and onnxruntime when a check runs.
 from __future__ import annotations
 
 import math
-import os
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import Mutant
+from .mutant import Mutant
+from .student import COURSE_CODE
 
 
 def _student_line(error: BaseException) -> str:
-    """`` (line N of your code: ...)`` for the last frame outside course_utils and the libraries."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """`` (line N of your code: ...)`` for the last frame outside the course's code and the libraries."""
     frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.startswith(here) and "site-packages" not in f.filename
+              if not f.filename.startswith(COURSE_CODE) and "site-packages" not in f.filename
               and "/lib/python" not in f.filename]
     return f" (line {frames[-1].lineno} of your code: {(frames[-1].line or '').strip()})" if frames else ""
 

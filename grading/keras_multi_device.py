@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from . import Mutant
-from .ch05 import _call, _problem, _recorder_layer, _said, _strategy, max_difference, sgd_reference
+from .mutant import Mutant
+from .tf_strategies import _call, _problem, _recorder_layer, _said, _strategy, max_difference, sgd_reference
 
 
 def _weights(model) -> list[np.ndarray]:
@@ -34,7 +34,7 @@ def check_make_parallel(make_parallel: Callable, build: Callable, devices: Seque
     on one device (float32 rounding: 1e-5)."""
     import keras
 
-    from .. import data
+    from course_utils import data
 
     devices = list(devices)
     model = _call("make_parallel", make_parallel, build, devices)

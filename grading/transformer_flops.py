@@ -21,10 +21,13 @@ from collections.abc import Callable, Sequence
 from numbers import Integral
 from typing import Any
 
-from .. import accounting
-from ..data import char_tokens, token_windows, zen_of_python
-from ..gpt import GPT, GPTConfig
-from . import Mutant, load_student, run_ranks, student_function
+from course_utils import accounting
+from course_utils.data import char_tokens, token_windows, zen_of_python
+from course_utils.gpt import GPT, GPTConfig
+
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
 
 
 def _call(fn: Callable, name: str, *args: Any, why: str = "") -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import Mutant
+from .mutant import Mutant
 
 
 def _said(error: BaseException, limit: int = 300) -> str:

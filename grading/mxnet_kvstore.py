@@ -13,7 +13,7 @@
   worker pushed and pulled, in which order, then at every step's new weights against NumPy.
 
 This module imports neither MXNet nor PyTorch: the grading side runs in the course's main
-environment, which has no MXNet. Run as ``python -m course_utils.autograde.ch07 FOLDER`` (in
+environment, which has no MXNet. Run as ``python -m grading.mxnet_kvstore FOLDER`` (in
 ``.venv-mxnet``, by the check) it is one process of the job: the worker harness.
 """
 from __future__ import annotations
@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from . import Mutant, load_student, student_function
+from .mutant import Mutant
+from .student import load_student, student_function
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 MXNET_PYTHON = ROOT / ".venv-mxnet" / "bin" / "python"
 GRAD, COUNT = "grad", "count"          # the q3 keys the harness initialises (zeros) on the server
 STEP_TIMEOUT_S = 15.0                  # a worker stuck this long in one step is reported (steps take ms)
@@ -207,7 +208,7 @@ TRAMPOLINE = '''"""Started by course_utils.mxcluster with the course's Python: b
 import os
 import sys
 
-os.execv({python!r}, [{python!r}, "-m", "course_utils.autograde.ch07", *sys.argv[1:]])
+os.execv({python!r}, [{python!r}, "-m", "grading.mxnet_kvstore", *sys.argv[1:]])
 '''
 
 
@@ -245,8 +246,8 @@ def check_kvstore_step(student_file: str | os.PathLike, *, counts: Sequence[Sequ
     error (NumPy), calls the student's step and goes on from the weights it returns. Every step of
     every worker must equal ``w - lr * (sum of all workers' gradients) / (sum of their counts)``.
     """
-    from ..mxcluster import run
-    from ..scripts import CommandError
+    from course_utils.mxcluster import run
+    from course_utils.scripts import CommandError
 
     python = mxnet_python(python)
     student_file = Path(student_file).resolve()
@@ -311,9 +312,9 @@ def judge(reports: dict[int, dict | None], failure: str | None, counts: Sequence
 
 def _launch_failure(text: str) -> str:
     """Feedback for a job that timed out or lost a process without any worker reporting why."""
-    if "No module named 'mxnet'" in text or "No module named 'course_utils'" in text:
-        return ("The MXNet environment .venv-mxnet is incomplete (its Python cannot import MXNet or course_utils): "
-                f"run `make venv` in the course folder {ROOT}, then run this cell again.")
+    if any(f"No module named '{name}'" in text for name in ("mxnet", "course_utils", "grading")):
+        return ("The MXNet environment .venv-mxnet is incomplete (its Python cannot import MXNet, course_utils or "
+                f"grading): run `make venv` in the course folder {ROOT}, then run this cell again.")
     if "timed out" in text:
         return ("The MXNet job timed out and was killed. Under dist_sync the server answers a pull only when every "
                 "worker has pushed that key in this step, so one worker that skips a push (or calls kv.barrier() "
@@ -423,7 +424,7 @@ def wrong_step(reports: dict[int, dict], counts: Sequence[Sequence[int]], lr: fl
 
 
 # ------------------------------------------------------------------------------------------------
-# q3, worker side (.venv-mxnet): python -m course_utils.autograde.ch07 FOLDER
+# q3, worker side (.venv-mxnet): python -m grading.mxnet_kvstore FOLDER
 # ------------------------------------------------------------------------------------------------
 class StudentMistake(Exception):
     """Feedback the harness reports as it is (the student's function returned something unusable)."""

@@ -25,10 +25,13 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import shard
-from ..models import mlp
-from . import Mutant, load_student, run_ranks, student_function
-from .ch09 import call  # a student's plain function called with a time limit, its errors as feedback
+from course_utils.data import shard
+from course_utils.models import mlp
+
+from .model_parallel import call  # a student's plain function called with a time limit, its errors as feedback
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
 
 FP16_MAX = 65504.0   # torch.finfo(torch.float16).max
 

@@ -22,7 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import Mutant, load_student, run_ranks, student_function
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
 
 
 def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool):
@@ -162,7 +164,7 @@ def _held(zigzag: Callable, rank: int, world_size: int) -> list[int]:
 def check_zigzag(zigzag: Callable, world_size: int) -> None:
     """``zigzag(rank, world_size)`` must hand out every one of the 2t chunks once, in sequence order
     within a rank, and give every rank the same number of causal (query chunk, key chunk) blocks, 2t + 1."""
-    from ..context_parallel import pairs
+    from course_utils.context_parallel import pairs
 
     t = world_size
     held = {rank: _held(zigzag, rank, t) for rank in range(t)}

@@ -28,10 +28,13 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import linear_regression, shard
-from ..models import mlp
-from . import Mutant, load_student, run_ranks, student_function
-from .ch10 import call_student
+from course_utils.data import linear_regression, shard
+from course_utils.models import mlp
+
+from .mutant import Mutant
+from .ranks import run_ranks
+from .sharded_data_parallel import call_student
+from .student import load_student, student_function
 
 # --------------------------------------------------------------------------------------------------
 # q1: latest_complete

@@ -26,8 +26,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..models import mlp
-from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, student_function, time_limit
+from course_utils.models import mlp
+
+from .compare import first_mismatch, mlp_parameters
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function, time_limit
 
 # ---------------------------------------------------------------------------------------------------
 # Calling a student's plain function: its exceptions and endless loops become feedback
@@ -421,7 +425,7 @@ def tp_rank(rank: int, world_size: int, student_file: str, *, d: int, batch: int
     rank. Returns the parameters' layouts, the output, the gradients (whole) and the collectives."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..commcount import Collectives
+    from course_utils.commcount import Collectives
 
     split = student_function(load_student(student_file), "tensor_parallel_mlp")
     mesh = init_device_mesh("cpu", (world_size,))

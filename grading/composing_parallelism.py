@@ -19,7 +19,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from . import Mutant, load_student, run_ranks, student_function
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
 
 # ---------------------------------------------------------------- Q1: a layout under a memory limit
 

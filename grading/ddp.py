@@ -27,10 +27,14 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, DistributedSampler
 
-from ..data import linear_regression
-from ..models import mlp
-from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, same, student_function
-from .ch00 import call_student
+from course_utils.data import linear_regression
+from course_utils.models import mlp
+
+from .compare import first_mismatch, mlp_parameters, same
+from .feedback import call_student
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
 
 # --- Q1: what each rank's sampler draws, epoch by epoch ---------------------------------------------
 

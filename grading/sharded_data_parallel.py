@@ -23,9 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import linear_regression, shard
-from ..models import mlp
-from . import Mutant, first_mismatch, load_student, mlp_parameters, run_ranks, student_function, time_limit
+from course_utils.data import linear_regression, shard
+from course_utils.models import mlp
+
+from .compare import first_mismatch, mlp_parameters
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import COURSE_CODE, load_student, student_function, time_limit
 
 # --------------------------------------------------------------------------------------------------
 # Calling a student's function in this process
@@ -37,10 +41,9 @@ class _TooSlow(BaseException):
 
 
 def _student_line(error: BaseException) -> str:
-    """`` (line N of your code: ...)`` for the last frame outside course_utils and the libraries."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """`` (line N of your code: ...)`` for the last frame outside the course's code and the libraries."""
     frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.startswith(here) and "site-packages" not in f.filename
+              if not f.filename.startswith(COURSE_CODE) and "site-packages" not in f.filename
               and "/lib/python" not in f.filename]
     if not frames:
         return ""
@@ -75,7 +78,7 @@ def call_student(fn: Callable, call: str, *args: Any, limit_s: float = 5.0, expe
 def _split_bytes(n_params: float, stage: int) -> tuple[float, float]:
     """(bytes every rank keeps whole, bytes split N ways) of ``n_params`` at ZeRO ``stage``, from the
     cost model: per rank = whole + split / N."""
-    from ..costmodel import zero_bytes_per_rank
+    from course_utils.costmodel import zero_bytes_per_rank
 
     one, two = zero_bytes_per_rank(n_params, 1, stage), zero_bytes_per_rank(n_params, 2, stage)
     split = 2 * (one - two)
@@ -84,7 +87,7 @@ def _split_bytes(n_params: float, stage: int) -> tuple[float, float]:
 
 def reference_min_ranks(n_params: float, budget_bytes: float, stage: int) -> int | None:
     """Smallest N with ``zero_bytes_per_rank(n_params, N, stage) <= budget_bytes``; None if no N fits."""
-    from ..costmodel import zero_bytes_per_rank
+    from course_utils.costmodel import zero_bytes_per_rank
 
     whole, split = _split_bytes(n_params, stage)
     if whole > budget_bytes or (split > 0 and whole >= budget_bytes):
@@ -257,7 +260,7 @@ def sharding_rank(rank: int, world_size: int, student_file: str, *, sizes: list[
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..commcount import Collectives
+    from course_utils.commcount import Collectives
 
     student = load_student(student_file)
     shard_model, local_bytes = student_function(student, "shard_model"), student_function(student, "local_bytes")

@@ -21,7 +21,9 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from . import Mutant, load_student, run_ranks, student_function
+from .mutant import Mutant
+from .ranks import run_ranks
+from .student import load_student, student_function
 
 # --- Q1: capacity ---------------------------------------------------------------------------------
 

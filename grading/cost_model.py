@@ -12,9 +12,10 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from ..costmodel import amdahl_speedup, bus_bandwidth, ring_allreduce_time
-from . import Mutant
-from .ch00 import call_student, check_number, explain
+from course_utils.costmodel import amdahl_speedup, bus_bandwidth, ring_allreduce_time
+
+from .feedback import call_student, check_number, explain
+from .mutant import Mutant
 
 
 def _results(fn: Callable, name: str, cases: Sequence[tuple]) -> list[float]:

@@ -201,8 +201,8 @@ def local_device(local_rank: int, local_world_size: int) -> tuple[str, torch.dev
 
 
 def rank_device() -> torch.device:
-    """The ``torch.device`` of this rank: with nccl the GPU :func:`course_utils.launch.run` assigned
-    it (the current CUDA device); with gloo, or outside a process group, the CPU."""
+    """The ``torch.device`` of this rank: with nccl the GPU :func:`course_utils.launch.run` made its
+    current CUDA device (the plan's ``rank_devices[rank]``); with gloo, or outside a process group, the CPU."""
     import torch
     import torch.distributed as dist
 

@@ -163,8 +163,9 @@ def amp_bench_width(gpu: GPU | None, cpu_width: int = 256,
 
 
 def allreduce_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], repeats: int = 10,
-                     warmup: int = 3, device: str = "cpu", stat: str = "median") -> list[dict]:
-    """Launched worker: time ``dist.all_reduce`` for each message size (float32 tensors).
+                     warmup: int = 3, device: str | None = None, stat: str = "median") -> list[dict]:
+    """Launched worker: time ``dist.all_reduce`` for each message size (float32 tensors), on ``device``
+    (default: the device ``launch.run`` gave this rank, :func:`course_utils.placement.rank_device`).
 
     Returns, on every rank, one row per size: bytes, seconds (each rank's ``stat`` of its samples,
     then the max over ranks, since a collective is as slow as its slowest rank), algbw and busbw in
@@ -176,7 +177,9 @@ def allreduce_worker(rank: int, world_size: int, sizes_bytes: Sequence[int], rep
     import torch.distributed as dist
 
     from .costmodel import bus_bandwidth
+    from .placement import rank_device
 
+    device = device or str(rank_device())
     rows = []
     for nbytes in sizes_bytes:
         x = torch.ones(max(1, int(nbytes) // 4), device=device)

@@ -1,8 +1,10 @@
 """Run code on several local processes, safely, from a notebook or a test.
 
-``run(worker, world_size)`` starts ``world_size`` processes, joins them into one
+``run(worker, world_size, plan=PLAN)`` starts ``world_size`` processes, joins them into one
 ``torch.distributed`` process group and calls ``worker(rank, world_size, *args, **kwargs)`` in
-each; it returns the list of return values, indexed by rank. The rules it enforces are the ones
+each; it returns the list of return values, indexed by rank. Where the ranks run is the plan's
+decision (:func:`course_utils.placement.plan`): its backend, and each rank on its
+``plan.rank_devices[rank]``; without a plan, ``placement.plan(world_size)`` decides. The rules it enforces are the ones
 that keep distributed code from hanging a notebook or CI:
 
 - processes come from a *forkserver* that preloaded torch (plain ``fork`` deadlocks once the
@@ -37,10 +39,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import placement
 from .progress import Waiting
 from .scripts import LOCALHOST, CommandError, free_port, run_command, run_commands, safe_env, torchrun, torchrun_nodes  # noqa: F401
+
+if TYPE_CHECKING:
+    from .placement import Plan
 
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo"]
 """Modules the forkserver imports once, so that each worker starts in ~0.1 s instead of ~2 s."""
@@ -127,22 +133,76 @@ def _ref_for(worker: Callable) -> _WorkerRef:
     return _WorkerRef(module, os.path.abspath(file) if file else None, qualname)
 
 
-def _check_backend(backend: str, world_size: int) -> None:
+FROM_PLAN = "plan"
+"""``run``'s default ``backend``: the plan's (``placement.plan(world_size)`` when no plan is given)."""
+
+
+def rank_placement(world_size: int, plan: Plan | None = None,
+                   backend: str | None = FROM_PLAN) -> tuple[str | None, tuple[str, ...]]:
+    """``(backend, devices)`` for :func:`run`'s ``world_size`` ranks: ``devices[rank]`` is "cuda:i"
+    (made the rank's current CUDA device before the worker runs) or "cpu".
+
+    - default (``backend="plan"``): the plan's backend and ``plan.rank_devices``; without a plan,
+      ``placement.plan(world_size)`` decides (NCCL only when each rank has its own GPU).
+    - ``backend="gloo"``: CPU ranks on purpose (graders; a cell that measures the CPU).
+    - ``backend="nccl"``: rank ``r`` on ``cuda:r``, checked by the same rule as the plan's.
+    - ``backend=None``: no process group, no device set (the worker makes its own group).
+
+    Raises ``ValueError`` saying what to do for a plan made for fewer ranks, a plan and a backend
+    both given, or NCCL without a GPU per rank here.
+    """
+    if backend != FROM_PLAN:
+        if plan is not None:
+            raise ValueError(f"pass plan= or backend=, not both (backend={backend!r} would override the "
+                             "plan's decision): drop backend= to run where the plan says")
+        if backend is None:
+            return None, ()
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be 'gloo' (CPU) or 'nccl' (GPU), not {backend!r}; or leave it out "
+                             "to use the plan's")
+        devices = tuple(f"cuda:{r}" for r in range(world_size)) if backend == "nccl" else ("cpu",) * world_size
+        _check_available(backend, world_size)
+        return backend, devices
+    if plan is None:
+        plan = placement.plan(world_size)
+    if world_size > plan.world_size or len(plan.rank_devices) < world_size:
+        raise ValueError(
+            f"this plan was made for {plan.world_size} rank(s) ({len(plan.rank_devices)} rank device(s)) but "
+            f"{world_size} are launched: make it with placement.plan({world_size}) (the most ranks any cell "
+            "of the chapter starts), or launch fewer ranks")
+    if plan.framework != "PyTorch":
+        raise ValueError(f"this plan counts {plan.framework}'s GPUs, not PyTorch's; launch.run starts PyTorch "
+                         "ranks: pass a plan made by placement.plan(world_size)")
+    devices = tuple(plan.rank_devices[:world_size])
+    own_gpus = all(d.startswith("cuda") for d in devices) and len(set(devices)) == world_size
+    if plan.backend == "nccl" and not own_gpus:
+        raise ValueError(f"an nccl plan needs one GPU per rank, got rank devices {devices}: "
+                         "make the plan with placement.plan(world_size)")
+    _check_available(plan.backend, world_size)
+    return plan.backend, devices
+
+
+def _check_available(backend: str, world_size: int) -> None:
+    """That this machine can run ``world_size`` ranks over ``backend`` (NCCL: one GPU per rank, by the
+    course's one rule, ``placement.ranks_get_gpus``)."""
     import torch
     import torch.distributed as dist
 
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'gloo' (CPU) or 'nccl' (GPU), not {backend!r}")
+    if backend == "nccl":
+        gpus = torch.cuda.device_count()
+        profile = placement.requested_profile()
+        if not placement.ranks_get_gpus(world_size, gpus, profile):
+            why = ("COURSE_PROFILE=cpu keeps ranks on the CPU" if profile == "cpu"
+                   else f"world_size={world_size} but {gpus} GPU(s) visible")
+            raise ValueError(f"backend 'nccl' needs one CUDA GPU per rank: {why}; launch fewer ranks, or "
+                             "leave backend= out so that placement.plan decides (gloo on the CPU here)")
     if not dist.is_available() or not dist.is_backend_available(backend):
-        raise ValueError(f"backend {backend!r} is not available in this PyTorch build; use 'gloo'")
-    if backend == "nccl" and torch.cuda.device_count() < world_size:
-        raise ValueError(
-            f"backend 'nccl' needs one CUDA GPU per rank: world_size={world_size} but "
-            f"{torch.cuda.device_count()} GPU(s) visible; use fewer ranks, or backend='gloo'")
+        raise ValueError(f"backend {backend!r} is not available in this PyTorch build; leave backend= out "
+                         "(the plan then picks gloo here) or use backend='gloo'")
 
 
 def _entry(ref: _WorkerRef, rank: int, world_size: int, args: tuple, kwargs: dict,
-           env: dict, backend: str | None, pg_timeout_s: float, threads: int,
+           env: dict, backend: str | None, device: str, pg_timeout_s: float, threads: int,
            conn: multiprocessing.connection.Connection, log_path: str) -> None:
     """Body of every worker process: set up, call the worker, send back (status, payload)."""
     os.setpgid(0, 0)  # own process group, so the parent can kill the worker *and* its children
@@ -161,8 +221,8 @@ def _entry(ref: _WorkerRef, rank: int, world_size: int, args: tuple, kwargs: dic
 
         torch.set_num_threads(threads)
         if backend is not None:
-            if backend == "nccl":
-                torch.cuda.set_device(rank % torch.cuda.device_count())
+            if device.startswith("cuda"):
+                torch.cuda.set_device(torch.device(device))   # the plan's GPU for this rank (NCCL needs it)
             dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
                                     timeout=timedelta(seconds=pg_timeout_s))
         try:
@@ -259,17 +319,22 @@ def _tail(path: str, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict | None = None,
-        backend: str | None = "gloo", timeout_s: float = 120.0, pg_timeout_s: float = 30.0,
-        threads_per_rank: int = 1, start_method: str = "forkserver",
+def run(worker: Callable, world_size: int = 2, *, plan: Plan | None = None, args: tuple = (),
+        kwargs: dict | None = None, backend: str | None = FROM_PLAN, timeout_s: float = 120.0,
+        pg_timeout_s: float = 30.0, threads_per_rank: int = 1, start_method: str = "forkserver",
         output: str = "all", progress: str | None = None) -> list[Any]:
     """Run ``worker(rank, world_size, *args, **kwargs)`` on ``world_size`` local processes.
 
     Returns the workers' return values as a list indexed by rank (they must be picklable).
 
-    - ``backend``: "gloo" (CPU, default), "nccl" (one GPU per rank), or None for no process group
-      (the worker may then call ``dist.init_process_group`` itself: MASTER_ADDR/MASTER_PORT,
-      RANK and WORLD_SIZE are set, as torchrun would).
+    - ``plan``: where the ranks run, the chapter's ``PLAN = placement.plan(n)`` (``n >= world_size``):
+      its ``backend``, and rank ``r`` on ``plan.rank_devices[r]`` (with nccl made the rank's current
+      CUDA device, which :func:`course_utils.placement.rank_device` then returns; with gloo the CPU).
+      Without a plan, ``placement.plan(world_size)`` decides: the course's rule, not a fixed backend.
+    - ``backend``: leave it out. An override for the few callers that need one: "gloo" for CPU ranks
+      on purpose (graders), "nccl", or None for no process group (the worker may then call
+      ``dist.init_process_group`` itself: MASTER_ADDR/MASTER_PORT, RANK and WORLD_SIZE are set, as
+      torchrun would). Not together with ``plan`` (see :func:`rank_placement`).
     - ``timeout_s``: wall-clock limit for the whole call; ``pg_timeout_s``: the process group's
       timeout, i.e. how long a collective may wait for a missing peer.
     - ``threads_per_rank``: torch intra-op threads in each worker (1 = one rank per core).
@@ -287,8 +352,8 @@ def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict
     if timeout_s <= 0 or pg_timeout_s <= 0:
         raise ValueError("timeout_s and pg_timeout_s must be positive numbers of seconds")
     ref = _ref_for(worker)
-    if backend is not None:
-        _check_backend(backend, world_size)
+    backend, devices = rank_placement(world_size, plan, backend)
+    devices = devices or ("cpu",) * world_size
     ctx = _context(start_method)
     env = safe_env(threads_per_rank, free_port())
     with tempfile.TemporaryDirectory(prefix="course_launch_") as logdir:  # removed also when a rank fails
@@ -299,7 +364,7 @@ def run(worker: Callable, world_size: int = 2, *, args: tuple = (), kwargs: dict
                 recv, send = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_entry, name=f"rank{rank}", daemon=True,
                                 args=(ref, rank, world_size, args, kwargs or {}, env, backend,
-                                      pg_timeout_s, threads_per_rank, send, logs[rank]))
+                                      devices[rank], pg_timeout_s, threads_per_rank, send, logs[rank]))
                 p.start()
                 send.close()
                 procs.append(p)

@@ -24,9 +24,11 @@ two processes taking turns on one GPU measure neither the GPU nor a network, and
 CUDA context. What the multi-rank cells teach (which numbers must be equal, who talks to whom) is
 the same on any device, so they run where that is honest, at sizes that finish there.
 
-Inside a launched worker, :func:`rank_device` gives the rank its device from the process group's
-backend (nccl: its own GPU; gloo: the CPU), and :func:`local_device` does the same for a script
-started by torchrun. :func:`simulated_node_gpus` gives each simulated "node" its own GPUs.
+The rule "NCCL only when every rank has its own GPU" is written once, in :func:`ranks_get_gpus`.
+``launch.run(worker, n, plan=PLAN)`` starts the ranks where the plan says (with nccl, rank ``r`` on
+``PLAN.rank_devices[r]``, made its current CUDA device). Inside a launched worker, :func:`rank_device`
+reads that device back (nccl: its own GPU; gloo: the CPU), and :func:`local_device` decides the
+same for a script started by torchrun. :func:`simulated_node_gpus` gives each simulated "node" its own GPUs.
 
 Imports no framework; PyTorch is asked about GPUs only when the plan is made (and only if installed).
 """
@@ -121,6 +123,19 @@ def gpu_count() -> int:
     return len(hardware.gpus())
 
 
+def ranks_get_gpus(ranks: int, gpus: int, profile: str | None = None) -> bool:
+    """THE rule of the course for where ranks run: on GPUs, over NCCL, only when each of ``ranks``
+    processes has its own GPU among the ``gpus`` visible, and ``profile`` (``COURSE_PROFILE``: "cpu",
+    "gpu" or None) is not "cpu"; otherwise on the CPU, over gloo.
+
+    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and gloo ranks taking turns on one
+    GPU measure neither the GPU nor a network. :func:`plan`, :func:`local_backend`,
+    :func:`simulated_node_gpus` and :func:`course_utils.launch.run` all ask this function; nothing
+    else in the course compares a GPU count with a number of ranks (tests/test_one_device_rule.py).
+    """
+    return profile != "cpu" and ranks >= 1 and gpus >= ranks
+
+
 def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str] | None = None,
          framework: str = "PyTorch") -> Plan:
     """Decide where a chapter's work runs (see the module docstring for the rules).
@@ -138,7 +153,7 @@ def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str]
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size must be an integer >= 1 (the most ranks a cell starts), got {world_size!r}")
-    requested = _requested_profile(env)
+    requested = requested_profile(env)
     visible = gpu_count() if gpus is None else gpus
     if visible < 0:
         raise ValueError(f"gpus must be >= 0, got {visible}")
@@ -147,7 +162,7 @@ def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str]
                          f"is False or CUDA_VISIBLE_DEVICES hides them). Unset {hardware.PROFILE_ENV} to run on "
                          "the CPU, or install a CUDA build of PyTorch (see the README).")
     on_gpu = visible > 0 and requested != "cpu"
-    if on_gpu and world_size > 1 and visible >= world_size:
+    if world_size > 1 and ranks_get_gpus(world_size, visible, requested):   # one process: no ranks to place
         backend, rank_devices = "nccl", tuple(f"cuda:{r}" for r in range(world_size))
     else:
         backend, rank_devices = "gloo", ("cpu",) * world_size
@@ -155,8 +170,8 @@ def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str]
                 rank_devices=rank_devices, gpus_unused=visible > 0 and not on_gpu, framework=framework)
 
 
-def _requested_profile(env: Mapping[str, str] | None = None) -> str | None:
-    """COURSE_PROFILE, checked: "cpu", "gpu" or None (unset)."""
+def requested_profile(env: Mapping[str, str] | None = None) -> str | None:
+    """``COURSE_PROFILE`` from ``env`` (default ``os.environ``), checked: "cpu", "gpu" or None (unset)."""
     chosen = (os.environ if env is None else env).get(hardware.PROFILE_ENV, "").strip().lower()
     if chosen and chosen not in hardware.PROFILES:
         raise ValueError(f"{hardware.PROFILE_ENV}={chosen!r} is not a profile; use one of "
@@ -169,9 +184,7 @@ def local_backend(local_world_size: int, gpus: int | None = None) -> str:
     machine (or simulated node): "nccl" when each has its own GPU, else "gloo" (the same rule
     as :func:`plan`, ``COURSE_PROFILE`` included)."""
     visible = gpu_count() if gpus is None else gpus
-    if _requested_profile() == "cpu" or visible < max(1, local_world_size):
-        return "gloo"
-    return "nccl"
+    return "nccl" if ranks_get_gpus(local_world_size, visible, requested_profile()) else "gloo"
 
 
 def local_device(local_rank: int, local_world_size: int) -> tuple[str, torch.device]:
@@ -188,8 +201,8 @@ def local_device(local_rank: int, local_world_size: int) -> tuple[str, torch.dev
 
 
 def rank_device() -> torch.device:
-    """The ``torch.device`` of this rank: with nccl the GPU :func:`course_utils.launch.run` assigned
-    it (the current CUDA device); with gloo, or outside a process group, the CPU."""
+    """The ``torch.device`` of this rank: with nccl the GPU :func:`course_utils.launch.run` made its
+    current CUDA device (the plan's ``rank_devices[rank]``); with gloo, or outside a process group, the CPU."""
     import torch
     import torch.distributed as dist
 
@@ -214,7 +227,7 @@ def simulated_node_gpus(nnodes: int, nproc_per_node: int, gpus: int | None = Non
     ids = [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(i) for i in range(count)]
     ids = ids[:count]
     need = nnodes * nproc_per_node
-    if _requested_profile() == "cpu" or len(ids) < need:
+    if not ranks_get_gpus(need, len(ids), requested_profile()):
         return [""] * nnodes
     return [",".join(ids[n * nproc_per_node:(n + 1) * nproc_per_node]) for n in range(nnodes)]
 

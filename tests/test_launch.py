@@ -218,3 +218,89 @@ def test_join_parts_rewrites_the_whole_script(tmp_path, capsys):
     assert f"{tmp_path.name}/w.py: parts 1-2 joined, 5 lines" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="part 3 first"):
         join_parts("w", 3, tmp_path)
+
+
+# --- where the ranks run: the plan's decision (faked GPUs: tests/fake_cuda.py) ------------------------
+
+@pytest.fixture
+def nccl_built(monkeypatch):
+    """This CPU build of PyTorch has no NCCL; with faked GPUs, pretend it has, to reach the placement checks."""
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_backend_available", lambda backend: backend in ("gloo", "nccl"))
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)
+
+
+@pytest.mark.parametrize("count", [1, 2, 8])
+@pytest.mark.parametrize("card", ["T4", "A100", "H100"])
+def test_ranks_go_where_the_plan_says(monkeypatch, nccl_built, card, count):
+    from fake_cuda import fake_cuda
+
+    from course_utils import placement
+
+    fake_cuda(monkeypatch, card, count=count)
+    for world in (1, 2, 4, 8):
+        plan = placement.plan(world)
+        for launched in range(1, world + 1):
+            backend, devices = launch.rank_placement(launched, plan)
+            assert (backend, devices) == (plan.backend, plan.rank_devices[:launched])
+            if backend == "nccl":        # every rank its own GPU, and only with one for each
+                assert devices == tuple(f"cuda:{r}" for r in range(launched)) and 1 < world <= count
+            else:
+                assert devices == ("cpu",) * launched and not 1 < world <= count
+        # without a plan, the course's rule decides, not a fixed backend
+        assert launch.rank_placement(world) == (placement.plan(world).backend, placement.plan(world).rank_devices)
+    monkeypatch.setenv("COURSE_PROFILE", "cpu")
+    assert launch.rank_placement(2) == ("gloo", ("cpu", "cpu"))
+
+
+@pytest.mark.parametrize("count", [1, 2, 8])
+@pytest.mark.parametrize("card", ["T4", "A100", "H100"])
+def test_nccl_without_a_gpu_per_rank_is_a_clear_error(monkeypatch, nccl_built, card, count):
+    from fake_cuda import fake_cuda
+
+    from course_utils import placement
+
+    fake_cuda(monkeypatch, card, count=count)
+    assert launch.rank_placement(count, backend="nccl")[0] == "nccl"
+    with pytest.raises(ValueError, match=f"one CUDA GPU per rank: world_size={count + 1} but {count} GPU"):
+        launch.rank_placement(count + 1, backend="nccl")
+    with pytest.raises(ValueError, match="one CUDA GPU per rank"):   # a plan made for GPUs this machine lacks
+        launch.rank_placement(count + 1, placement.plan(count + 1, gpus=count + 1))
+    monkeypatch.setenv("COURSE_PROFILE", "cpu")
+    with pytest.raises(ValueError, match="COURSE_PROFILE=cpu keeps ranks on the CPU"):
+        launch.rank_placement(count, backend="nccl")
+
+
+@pytest.mark.parametrize("count", [1, 2, 8])
+@pytest.mark.parametrize("card", ["T4", "A100", "H100"])
+def test_a_world_size_the_plan_was_not_made_for_is_a_clear_error(monkeypatch, nccl_built, card, count):
+    import dataclasses
+
+    from fake_cuda import fake_cuda
+
+    from course_utils import placement
+
+    fake_cuda(monkeypatch, card, count=count)
+    plan = placement.plan(2)
+    with pytest.raises(ValueError, match=r"made for 2 rank\(s\).*3 are launched: make it with placement.plan\(3\)"):
+        launch.rank_placement(3, plan)
+    short = dataclasses.replace(plan, rank_devices=plan.rank_devices[:1])   # does not cover rank 1
+    with pytest.raises(ValueError, match=r"1 rank device\(s\)\) but 2 are launched"):
+        launch.rank_placement(2, short)
+    if count >= 2:
+        shared = dataclasses.replace(plan, rank_devices=("cuda:0", "cuda:0"))
+        with pytest.raises(ValueError, match="one GPU per rank"):
+            launch.rank_placement(2, shared)
+    with pytest.raises(ValueError, match="plan= or backend=, not both"):
+        launch.rank_placement(2, plan, backend="gloo")
+    with pytest.raises(ValueError, match="counts TensorFlow's GPUs"):
+        launch.rank_placement(2, placement.plan(2, framework="TensorFlow"))
+
+
+def test_a_plan_for_too_few_ranks_starts_no_process(tmp_path):
+    from course_utils import placement
+
+    with pytest.raises(ValueError, match=r"placement.plan\(3\)"):
+        launch.run(workers.hangs, 3, plan=placement.plan(2), args=(str(tmp_path),))
+    assert list(tmp_path.iterdir()) == []

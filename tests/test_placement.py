@@ -163,11 +163,26 @@ def _rank_device_worker(rank: int, world_size: int) -> str:
     return str(placement.rank_device())
 
 
-def test_rank_device_is_the_cpu_under_gloo_and_outside_a_group():
+def test_rank_device_is_the_plans_device_and_the_cpu_outside_a_group():
+    """What a worker reads back with rank_device() is the device the plan gave its rank (on a GPU machine
+    with 2+ GPUs: cuda:0, cuda:1; here: the CPU), and the CPU for ranks launched on gloo on purpose."""
     from course_utils import launch
 
     assert str(placement.rank_device()) == "cpu"
+    plan = placement.plan(2)
+    assert launch.run(_rank_device_worker, world_size=2, plan=plan) == list(plan.rank_devices)
+    assert launch.run(_rank_device_worker, world_size=2) == list(plan.rank_devices)   # no plan: the same one
     assert launch.run(_rank_device_worker, world_size=2, backend="gloo") == ["cpu", "cpu"]
+
+
+def test_ranks_get_gpus_is_the_one_rule():
+    """NCCL only when each rank has its own GPU, and never under COURSE_PROFILE=cpu."""
+    for ranks in (1, 2, 3, 8):
+        for gpus in (0, 1, 2, 8):
+            assert placement.ranks_get_gpus(ranks, gpus) is (gpus >= ranks)
+            assert placement.ranks_get_gpus(ranks, gpus, "gpu") is (gpus >= ranks)
+            assert placement.ranks_get_gpus(ranks, gpus, "cpu") is False
+            assert placement.local_backend(ranks, gpus=gpus) == ("nccl" if gpus >= ranks else "gloo")
 
 
 def test_other_frameworks_count_their_own_gpus(monkeypatch):

@@ -11,10 +11,6 @@ import course_utils
 PACKAGE = Path(course_utils.__file__).resolve().parent
 GROUPS = ("Lessons:", "Instruments:", "Machinery:")
 
-# Being moved out of course_utils into the top-level grading/ package (issue 39). They are not on the map;
-# until the move is merged they still exist here. Delete this set (and its use below) after the merge.
-LEAVING = {"autograde", "exercises"}
-
 ENTRY = re.compile(r"^- ``(\w+)``", re.MULTILINE)
 
 
@@ -33,10 +29,10 @@ def mapped(package: Path) -> list[str]:
     return ENTRY.findall(doc.group(1))
 
 
-def map_problems(package: Path, leaving: set[str] = frozenset()) -> list[str]:
+def map_problems(package: Path) -> list[str]:
     """What is wrong with ``package``'s map: modules without a line, lines without a module, repeats."""
     listed = mapped(package)
-    there = modules(package) - set(leaving)
+    there = modules(package)
     problems = [f"{name}: a module with no line in the map" for name in sorted(there - set(listed))]
     problems += [f"{name}: on the map, but there is no such module" for name in sorted(set(listed) - there)]
     problems += [f"{name}: on the map twice" for name in sorted({n for n in listed if listed.count(n) > 1})]
@@ -44,7 +40,7 @@ def map_problems(package: Path, leaving: set[str] = frozenset()) -> list[str]:
 
 
 def test_the_map_lists_every_module_and_nothing_else():
-    assert map_problems(PACKAGE, LEAVING) == []
+    assert map_problems(PACKAGE) == []
 
 
 def test_the_map_has_its_three_groups_in_order():
@@ -57,9 +53,9 @@ def test_a_module_added_without_a_line_is_reported(tmp_path):
     """The check above can fail: a copy of the package with one more module, and one less, is caught."""
     copy = tmp_path / "course_utils"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    assert map_problems(copy, LEAVING) == []
+    assert map_problems(copy) == []
     (copy / "newmodule.py").write_text('"""A module nobody put on the map."""\n')
-    assert map_problems(copy, LEAVING) == ["newmodule: a module with no line in the map"]
+    assert map_problems(copy) == ["newmodule: a module with no line in the map"]
     (copy / "newmodule.py").unlink()
     (copy / "stable.py").unlink()
-    assert map_problems(copy, LEAVING) == ["stable: on the map, but there is no such module"]
+    assert map_problems(copy) == ["stable: on the map, but there is no such module"]

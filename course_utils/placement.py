@@ -170,6 +170,13 @@ def plan(world_size: int = 1, *, gpus: int | None = None, env: Mapping[str, str]
                 rank_devices=rank_devices, gpus_unused=visible > 0 and not on_gpu, framework=framework)
 
 
+def cpu_plan(world_size: int) -> Plan:
+    """The plan of a cell that runs its ranks on the CPU on purpose, whatever the machine has (it
+    measures CPU time or CPU heap, or shows gloo's own behaviour): :func:`plan` for a machine with
+    no GPU, so gloo ranks on "cpu" at CPU sizes. ``launch.run(worker, n, plan=cpu_plan(n))``."""
+    return plan(world_size, gpus=0, env={})
+
+
 def requested_profile(env: Mapping[str, str] | None = None) -> str | None:
     """``COURSE_PROFILE`` from ``env`` (default ``os.environ``), checked: "cpu", "gpu" or None (unset)."""
     chosen = (os.environ if env is None else env).get(hardware.PROFILE_ENV, "").strip().lower()

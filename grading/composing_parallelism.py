@@ -170,7 +170,8 @@ def measured_tp_all_reduces(configs: Sequence[tuple]) -> list:
 
     key = tuple(tuple(c) for c in configs)
     if key not in _MEASURED:
-        results = launch.run(count_tp_all_reduces_rank, 2, args=(list(key),), timeout_s=90, output="none")
+        results = launch.run(count_tp_all_reduces_rank, 2, args=(list(key),), backend="gloo", timeout_s=90,
+                             output="none")  # graders run on CPU ranks, whatever the machine has
         if results[0] != results[1]:
             raise RuntimeError(f"the two tensor-parallel ranks counted differently: {results}")
         _MEASURED[key] = results[0]

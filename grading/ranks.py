@@ -42,8 +42,8 @@ def run_ranks(harness: Callable, student_file: str | os.PathLike, world_size: in
     student_file = os.fspath(student_file)
     load_student(student_file)   # a syntax error or a missing file is reported here, in this process
     try:
-        return launch.run(harness, world_size, args=(student_file,), kwargs=kwargs, timeout_s=timeout_s,
-                          pg_timeout_s=pg_timeout_s, output="none")
+        return launch.run(harness, world_size, args=(student_file,), kwargs=kwargs, backend="gloo",  # CPU ranks,
+                          timeout_s=timeout_s, pg_timeout_s=pg_timeout_s, output="none")      # on any machine
     except launch.WorkerError as error:
         raise AssertionError(explain_failure(error, student_file)) from None
 

@@ -254,6 +254,24 @@ def test_ranks_go_where_the_plan_says(monkeypatch, nccl_built, card, count):
     assert launch.rank_placement(2) == ("gloo", ("cpu", "cpu"))
 
 
+@pytest.mark.parametrize("profile", [None, "gpu"])
+@pytest.mark.parametrize("count", [2, 8])
+@pytest.mark.parametrize("card", ["T4", "H100"])
+def test_a_cpu_plan_keeps_the_ranks_on_the_cpu_whatever_the_machine_has(monkeypatch, nccl_built, card, count,
+                                                                          profile):
+    """Cells that measure CPU time or heap (ch10's heap, ch16's bubble) launch with placement.cpu_plan(n)."""
+    from fake_cuda import fake_cuda
+
+    from course_utils import placement
+
+    fake_cuda(monkeypatch, card, count=count)
+    if profile:
+        monkeypatch.setenv("COURSE_PROFILE", profile)
+    assert placement.plan(2).backend == "nccl"             # the machine's plan would take the GPUs
+    cpu = placement.cpu_plan(2)
+    assert launch.rank_placement(2, cpu) == ("gloo", ("cpu", "cpu")) and cpu.rank_profile == "cpu"
+
+
 @pytest.mark.parametrize("count", [1, 2, 8])
 @pytest.mark.parametrize("card", ["T4", "A100", "H100"])
 def test_nccl_without_a_gpu_per_rank_is_a_clear_error(monkeypatch, nccl_built, card, count):

@@ -85,3 +85,45 @@ def test_the_search_finds_what_it_looks_for(tmp_path):
         assert rel in found, (rel, found)
     assert "course_utils/placement.py:6" in found             # a second writing beside the rule's home
     assert "placement.py:2" not in found and "notebooks/x.ipynb:1" not in found
+
+
+def backends_passed(notebook: Path) -> list[str]:
+    """``"file cell N: backend=..."`` for every ``launch.run(...)`` in ``notebook``'s code cells that passes a
+    backend of its own (``backend=None``, no process group at all, is not a choice of device)."""
+    import ast
+
+    found = []
+    for n, cell in enumerate(json.loads(notebook.read_text())["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        lines = "".join(cell["source"]).splitlines()
+        code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines)
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:   # a %%writefile cell's file: not launched from the notebook
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run"
+                    and getattr(node.func.value, "id", None) == "launch"):
+                for kw in node.keywords:
+                    if kw.arg == "backend" and not (isinstance(kw.value, ast.Constant) and kw.value.value is None):
+                        found.append(f"{notebook.name} cell {n}: backend={ast.unparse(kw.value)}")
+    return found
+
+
+def test_no_chapter_passes_a_backend_to_launch_run():
+    """The plan decides where ranks run: a chapter passes ``plan=PLAN``, or ``plan=placement.cpu_plan(n)`` for a
+    cell that measures the CPU on purpose, never ``backend="gloo"``/``"nccl"``/``BACKEND`` by hand."""
+    found = [hit for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) for hit in backends_passed(nb)]
+    assert found == [], found
+
+
+def test_a_backend_passed_by_hand_is_found(tmp_path):
+    cells = [{"cell_type": "code", "source": ["%%time\n", "launch.run(w, 2, backend=BACKEND)\n"]},
+             {"cell_type": "code", "source": ["launch.run(w, 2, plan=PLAN)\n", "launch.run(w, 2, backend=None)\n"]},
+             {"cell_type": "markdown", "source": ["launch.run(w, 2, backend='gloo')"]},
+             {"cell_type": "code", "source": ["x = launch.run(w, 2, args=(1,), backend=\"gloo\")[0]\n"]}]
+    planted = tmp_path / "99_planted.ipynb"
+    planted.write_text(json.dumps({"cells": cells}))
+    assert backends_passed(planted) == ["99_planted.ipynb cell 0: backend=BACKEND",
+                                        "99_planted.ipynb cell 3: backend='gloo'"]

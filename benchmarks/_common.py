@@ -12,7 +12,7 @@ machine the same script uses the GPUs. Each writes ``DIR/<name>.json``:
 
 Each benchmark owns what its file says: its ``describe(doc)`` turns the file's results and summary into
 the labelled lines ``summary["quoted"]`` (figures with their units, and what they measure), which
-``course_utils.reference`` prints beside a chapter's own measurement without knowing any benchmark's keys.
+``course_utils.gpu_reference`` prints beside a chapter's own measurement without knowing any benchmark's keys.
 
 benchmarks/schema.json is the JSON schema; tests/test_benchmarks.py checks each script against it.
 Timings are measurements of this machine at this moment: the JSON says which machine and when.

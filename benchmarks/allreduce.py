@@ -12,7 +12,7 @@ The summary fits the alpha-beta ring model to the largest world's times (chapter
 from __future__ import annotations
 
 import _common
-from course_utils import bench, costmodel, hardware, launch, placement
+from course_utils import costmodel, hardware, launch, measure, placement
 
 
 def copy_bandwidth(nbytes: int, device: str, repeats: int) -> float:
@@ -21,7 +21,7 @@ def copy_bandwidth(nbytes: int, device: str, repeats: int) -> float:
 
     src = torch.ones(max(1, nbytes // 4), device=device)
     dst = torch.empty_like(src)
-    best = bench.time_fn(lambda: dst.copy_(src), repeats=repeats, warmup=2, device=device, min_time_s=0.01).best
+    best = measure.time_fn(lambda: dst.copy_(src), repeats=repeats, warmup=2, device=device, min_time_s=0.01).best
     return src.numel() * 4 / best
 
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
         runs.append(("nccl", "cuda", gpu_plan.world_size))
     rows = []
     for backend, device, n in runs:
-        measured = launch.run(bench.allreduce_worker, n, args=(sizes,), backend=backend, output="none",
+        measured = launch.run(measure.allreduce_worker, n, args=(sizes,), backend=backend, output="none",
                               kwargs={"repeats": repeats, "device": device, "stat": "best"},
                               progress=f"{backend} all-reduce, {n} ranks", timeout_s=600)[0]
         for r in measured:

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import _common
-from course_utils import bench, hardware, placement
+from course_utils import hardware, measure, placement
 
 # dense (no sparsity) peak TFLOP/s from NVIDIA's datasheets (SXM parts): fp32, tf32, bf16/fp16
 GPU_PEAKS = {
@@ -85,7 +85,7 @@ def step_time(kind: str, dtype: str, device: str, quick: bool, repeats: int) -> 
         scaler.step(opt)
         scaler.update()
 
-    return bench.time_fn(step, repeats=repeats, warmup=2, device=device).median
+    return measure.time_fn(step, repeats=repeats, warmup=2, device=device).median
 
 
 def matmul_tflops(n: int, dtype: str, device: str, repeats: int) -> float:
@@ -93,8 +93,8 @@ def matmul_tflops(n: int, dtype: str, device: str, repeats: int) -> float:
 
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
-    seconds = bench.time_fn(lambda: a @ b, repeats=repeats, warmup=2, device=device, min_time_s=0.02).best
-    return bench.matmul_gflops(n, seconds) / 1e3
+    seconds = measure.time_fn(lambda: a @ b, repeats=repeats, warmup=2, device=device, min_time_s=0.02).best
+    return measure.matmul_gflops(n, seconds) / 1e3
 
 
 def describe(doc: dict) -> list[str]:

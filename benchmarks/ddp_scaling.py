@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 import _common
-from course_utils import bench, costmodel, hardware, launch, placement
+from course_utils import costmodel, hardware, launch, measure, placement
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     for mode in ("weak", "strong"):
         for n in worlds:
             per_rank = batch if mode == "weak" else batch // n
-            r = launch.run(bench.ddp_step_worker, n, args=(sizes, per_rank, steps), kwargs={"device": device},
+            r = launch.run(measure.ddp_step_worker, n, args=(sizes, per_rank, steps), kwargs={"device": device},
                            backend=backend if n > 1 else None, output="none", timeout_s=600,
                            progress=f"{mode} scaling, {n} rank(s)")[0]
             # one rank has nothing to communicate: its step *is* the compute (the worker timed the
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
         r["efficiency"] = r["samples_per_s"] / (r["ranks"] * base["samples_per_s"])
 
     n_max = max(worlds)
-    sweep = launch.run(bench.allreduce_worker, n_max, args=([2**16, 2**20, 2**22, 2**24][: 2 if args.tiny else 4],),
+    sweep = launch.run(measure.allreduce_worker, n_max, args=([2**16, 2**20, 2**22, 2**24][: 2 if args.tiny else 4],),
                        kwargs={"repeats": 3 if args.tiny else 5, "device": device, "stat": "best"},
                        backend=backend, output="none", progress="all-reduce sweep for the model")[0]
     fit = costmodel.fit_alpha_beta([s["bytes"] for s in sweep], [s["seconds"] for s in sweep], n_max)

@@ -11,7 +11,7 @@ memory, and on a GPU from pinned host memory to the device and back (the PCIe/C2
 from __future__ import annotations
 
 import _common
-from course_utils import bench, placement
+from course_utils import measure, placement
 
 
 def matmul_rate(n: int, device: str, repeats: int) -> tuple[float, float]:
@@ -19,8 +19,8 @@ def matmul_rate(n: int, device: str, repeats: int) -> tuple[float, float]:
     import torch
 
     a = torch.randn(n, n, device=device)
-    seconds = bench.time_fn(lambda: a @ a, repeats=repeats, warmup=2, device=device, min_time_s=0.01).best
-    return seconds, bench.matmul_gflops(n, seconds)
+    seconds = measure.time_fn(lambda: a @ a, repeats=repeats, warmup=2, device=device, min_time_s=0.01).best
+    return seconds, measure.matmul_gflops(n, seconds)
 
 
 def copy_rate(nbytes: int, src_device: str, dst_device: str, repeats: int) -> float:
@@ -32,7 +32,7 @@ def copy_rate(nbytes: int, src_device: str, dst_device: str, repeats: int) -> fl
     dst = torch.empty(nbytes // 4, device=dst_device)
     src, dst = (t.pin_memory() if pin and t.device.type == "cpu" else t for t in (src, dst))
     sync = "cuda" if "cuda" in (src_device + dst_device) else "cpu"
-    return nbytes / bench.time_fn(lambda: dst.copy_(src), repeats=repeats, warmup=2, device=sync).best
+    return nbytes / measure.time_fn(lambda: dst.copy_(src), repeats=repeats, warmup=2, device=sync).best
 
 
 def describe(doc: dict) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import _common
 from amp import device_peak
-from course_utils import bench, placement, planner
+from course_utils import measure, placement, planner
 from course_utils.layout import Layout
 from course_utils.shape import GPTConfig
 
@@ -42,7 +42,7 @@ def train_step(model, optimizer, idx, device: str):
     return step
 
 
-def measure(variant: str, size: tuple, device: str, repeats: int) -> dict:
+def measure_variant(variant: str, size: tuple, device: str, repeats: int) -> dict:
     """Median step time and peak memory of one variant ("eager", "compiled", "compiled+fused")."""
     import torch
 
@@ -58,7 +58,7 @@ def measure(variant: str, size: tuple, device: str, repeats: int) -> dict:
     idx = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0)).to(device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    timing = bench.time_fn(train_step(model, optimizer, idx, device), repeats=repeats, warmup=3, device=device)
+    timing = measure.time_fn(train_step(model, optimizer, idx, device), repeats=repeats, warmup=3, device=device)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
     del model, optimizer
     if device == "cuda":
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for variant in variants:
         try:
-            row = measure(variant, size, device, repeats=2 if args.tiny else 5)
+            row = measure_variant(variant, size, device, repeats=2 if args.tiny else 5)
         except Exception as exc:  # a variant that cannot run here is a result; the others still run
             rows.append({"variant": variant, "error": f"{type(exc).__name__}: {str(exc).strip()[-300:]}"})
             print(f"{variant}: FAILED {rows[-1]['error']}", flush=True)

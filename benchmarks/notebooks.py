@@ -25,7 +25,7 @@ from pathlib import Path
 
 import _common
 from course_utils import placement
-from course_utils.scripts import descendants
+from course_utils.subprocesses import descendants
 
 sys.path.insert(0, str(_common.ROOT / "tools"))
 import run_notebooks  # noqa: E402

@@ -11,7 +11,7 @@ and the operators with the most self time on the device (torch.profiler over 3 s
 from __future__ import annotations
 
 import _common
-from course_utils import bench, models, placement
+from course_utils import measure, models, placement
 
 MATMULS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
 
@@ -51,13 +51,13 @@ def main(argv: list[str] | None = None) -> dict:
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
-    step_s = bench.time_fn(step, repeats=repeats, warmup=3, device=device).median
+    step_s = measure.time_fn(step, repeats=repeats, warmup=3, device=device).median
     steps = 3
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:
         for _ in range(steps):
             step()
-        bench.synchronize(device)
+        measure.synchronize(device)
     key = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
     total = sum(getattr(e, key) for e in events)

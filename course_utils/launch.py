@@ -15,7 +15,7 @@ that keep distributed code from hanging a notebook or CI:
 - the process group has a timeout, the whole call has a wall-clock timeout, and when one rank
   raises, dies or hangs, all ranks are killed and reaped and the call fails within seconds.
 
-``torchrun(script)`` and ``run_command(cmd)`` (from :mod:`course_utils.scripts`, re-exported
+``torchrun(script)`` and ``run_command(cmd)`` (from :mod:`course_utils.subprocesses`, re-exported
 here) run a script as a subprocess under the same rules.
 
 Torch is imported only inside the worker processes and in the functions that need it, so this
@@ -43,7 +43,16 @@ from typing import TYPE_CHECKING, Any
 
 from . import placement
 from .progress import Waiting
-from .scripts import LOCALHOST, CommandError, free_port, run_command, run_commands, safe_env, torchrun, torchrun_nodes  # noqa: F401
+from .subprocesses import (  # noqa: F401
+    LOCALHOST,
+    CommandError,
+    free_port,
+    run_command,
+    run_commands,
+    safe_env,
+    torchrun,
+    torchrun_nodes,
+)
 
 if TYPE_CHECKING:
     from .placement import Plan

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .scripts import LOCALHOST, free_port, require_script, run_commands
+from .subprocesses import LOCALHOST, free_port, require_script, run_commands
 
 GPU_NOT_ENABLED = "MXNetError: GPU is not enabled"   # a CPU build's last word on mx.gpu()
 
@@ -80,7 +80,7 @@ def run(script: str | os.PathLike, *script_args: str, workers: int = 2, servers:
     ``CompletedProcess`` in the same order (``.stdout`` holds stdout and stderr).
 
     The first process that fails stops all the others and raises
-    :class:`~course_utils.scripts.CommandError`; so does the timeout. Every process is reaped.
+    :class:`~course_utils.subprocesses.CommandError`; so does the timeout. Every process is reaped.
     Workers get their rank from the scheduler, in the order they connect: not by start order.
     """
     require_script(script)

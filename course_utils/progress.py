@@ -1,7 +1,7 @@
 """Progress bars for cells that take more than a few seconds.
 
 ``bar(iterable, desc=...)`` wraps a loop; ``Waiting(n, desc)`` is what the launchers show while
-processes run (``launch.run(..., progress="training")``, ``scripts.run_commands(..., progress=...)``).
+processes run (``launch.run(..., progress="training")``, ``subprocesses.run_commands(..., progress=...)``).
 
 In a Jupyter kernel the live bar (with elapsed time and rate) is the text of one display that is
 updated in place while the cell runs. When the bar closes that display is emptied and the finished

@@ -7,7 +7,7 @@ line in a stored output makes strict nbval fail on the next machine. Two measure
 
 - :data:`ENV`: the environment variables that silence what can be silenced. ``import course_utils``
   sets them (:func:`apply`, never overriding a value you set) before any framework is imported, and
-  every subprocess course_utils starts gets them (:func:`course_utils.scripts.safe_env`).
+  every subprocess course_utils starts gets them (:func:`course_utils.subprocesses.safe_env`).
 - :func:`strip_logs`: removes the lines that no variable silences (absl writes some before it reads
   its settings: ``TF_CPP_MIN_LOG_LEVEL=3`` still prints the oneDNN notice) from a subprocess's
   captured output. :data:`LOG_LINE` is the pattern; the tests check every stored output with it.

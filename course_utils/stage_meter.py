@@ -15,7 +15,7 @@ import time
 import torch
 from torch import nn
 
-from .bench import synchronize
+from .measure import synchronize
 
 
 class _Clock(torch.autograd.Function):

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from .scripts import LOCALHOST, free_port, require_script, run_commands
+from .subprocesses import LOCALHOST, free_port, require_script, run_commands
 
 JOBS = ("chief", "worker", "ps", "evaluator")
 
@@ -73,7 +73,7 @@ def run(script: str | os.PathLike, cluster: dict[str, list[str]], *script_args: 
     Returns one ``CompletedProcess`` per task in :func:`tasks` order (``.stdout`` holds its
     stdout and stderr, ``.returncode`` its exit code; -9 means killed by SIGKILL).
     With ``check`` (default) the first task that fails stops all the others and raises
-    :class:`~course_utils.scripts.CommandError` with its output; with ``check=False`` every task
+    :class:`~course_utils.subprocesses.CommandError` with its output; with ``check=False`` every task
     runs to its end, so you can read how each one ended. ``threads`` is the OpenMP/MKL thread
     count per task. On timeout all tasks are killed and ``CommandError`` is raised.
     ``progress``: a label for a bar of finished tasks shown while they run. ``hide``: top-level
@@ -92,7 +92,7 @@ def task_command(script: str | os.PathLike, *script_args: str,
                  hide: Sequence[str] = UNUSED_BY_TASKS) -> list[str]:
     """The command line that runs ``python script *script_args`` as :func:`run` runs each task:
     with the top-level modules in ``hide`` not installed (for a TensorFlow process started some
-    other way, e.g. with :func:`~course_utils.scripts.run_command`)."""
+    other way, e.g. with :func:`~course_utils.subprocesses.run_command`)."""
     return [sys.executable, "-m", __name__, ",".join(hide), str(script), *map(str, script_args)]
 
 

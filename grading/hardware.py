@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils.bench import matmul_gflops as reference_gflops
+from course_utils.measure import matmul_gflops as reference_gflops
 
 from .feedback import call_student, check_number, explain
 from .mutant import Mutant

@@ -247,7 +247,7 @@ def check_kvstore_step(student_file: str | os.PathLike, *, counts: Sequence[Sequ
     every worker must equal ``w - lr * (sum of all workers' gradients) / (sum of their counts)``.
     """
     from course_utils.mxcluster import run
-    from course_utils.scripts import CommandError
+    from course_utils.subprocesses import CommandError
 
     python = mxnet_python(python)
     student_file = Path(student_file).resolve()

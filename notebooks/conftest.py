@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from course_utils import kernels
-from course_utils.scripts import descendants, process_table
+from course_utils.subprocesses import descendants, process_table
 
 ROOT = str(Path(__file__).resolve().parents[1])
 _before: set[int] = set()

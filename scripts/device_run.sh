@@ -22,7 +22,7 @@ fi
 "$PY" -c "import nbclient, ipykernel, torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" \
   || { echo "no Jupyter here: run scripts/gpu_wheels.sh and carry .whl" >&2; exit 1; }
 stage=$(mktemp -d)
-name=$("$PY" -m course_utils.reference)  # the folder it is committed as: gpu-h200-YYYYMMDD
+name=$("$PY" -m course_utils.gpu_reference)  # the folder it is committed as: gpu-h200-YYYYMMDD
 BUDGET_S=${BUDGET_S:-480} PY=$PY bash scripts/gpu_reference.sh "$stage/$name"
 rc=$?
 tar -C "$stage" -czf "$OUT/$name.tar.gz" "$name"

@@ -14,7 +14,7 @@
 # OUT/gpu_tests.xml (tests/gpu: the course's code checked on the GPU), OUT/{device,allreduce,
 # ddp_scaling,amp,step_profile,gpt_mfu,notebooks}.json, the executed PyTorch chapters
 # in OUT/chapters/, OUT/nvidia-smi.txt, OUT/versions.txt and OUT/log.txt. Commit OUT as
-# results/gpu-<chip>-YYYYMMDD/ (e.g. gpu-h200-20261205; device_run.sh names and packs it): course_utils.reference reads it, and
+# results/gpu-<chip>-YYYYMMDD/ (e.g. gpu-h200-20261205; device_run.sh names and packs it): course_utils.gpu_reference reads it, and
 # chapters 00, 01, 04, 12 and 13 show those numbers beside the ones they measure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ PY=${PY:-.venv/bin/python}
 # .venv installs it; a machine's own Python, like the device's, does not)
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 BUDGET_S=${BUDGET_S:-480}
-name=$("$PY" -m course_utils.reference)  # gpu-h200-YYYYMMDD: chip and day, course_utils.reference.folder_name
+name=$("$PY" -m course_utils.gpu_reference)  # gpu-h200-YYYYMMDD: chip and day, course_utils.gpu_reference.folder_name
 if [ "${REHEARSE:-0}" = 1 ]; then
   SIZE=(--quick); PROFILE=cpu; OUT=${1:-results/tmp/$name}
 else

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from course_utils import kernels
-from course_utils.scripts import descendants
+from course_utils.subprocesses import descendants
 
 sys.path.insert(0, os.path.dirname(__file__))  # so launched workers can import tests/workers.py
 kernels.use_for_every_kernel()  # every kernel a test starts (otter's, JupyterLab's): Unix sockets, no ports

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from solutions import planted, solution, solution_file, solution_function
 
-from course_utils.scripts import descendants
+from course_utils.subprocesses import descendants
 from grading import (
     checkpointing,
     composing_parallelism,

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from course_utils import reference
+from course_utils import gpu_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "benchmarks" / "schema.json").read_text())
@@ -49,7 +49,7 @@ def test_tiny_run_writes_valid_json(name, tmp_path):
     quoted = doc["summary"].pop("quoted")   # the script's own description of the file it wrote, as reference prints it
     assert quoted == importlib.import_module(name).describe(doc)
     doc["summary"]["quoted"] = quoted
-    assert reference.describe(reference.Reference(tmp_path / f"{name}.json", doc)) == "\n".join(quoted)
+    assert gpu_reference.describe(gpu_reference.Reference(tmp_path / f"{name}.json", doc)) == "\n".join(quoted)
     numbers = [v for row in doc["results"] for k, v in row.items() if k.endswith(("_s", "seconds", "_Bps"))]
     assert numbers and all(isinstance(v, float) and v >= 0 for v in numbers)
 

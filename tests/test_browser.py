@@ -26,7 +26,7 @@ import nbformat
 import pytest
 from nboutputs import png_outputs
 
-from course_utils.scripts import descendants, free_port
+from course_utils.subprocesses import descendants, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "00_setup_and_hardware.ipynb"

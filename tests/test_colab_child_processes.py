@@ -48,11 +48,11 @@ CHILD = "import course_utils; print(course_utils.__file__)"
 
 
 def test_run_command_child_imports_the_parents_course_utils(course):
-    """A script run with scripts.run_command (as torchrun() runs a %%writefile script) imports the
+    """A script run with subprocesses.run_command (as torchrun() runs a %%writefile script) imports the
     course_utils its parent imported, found through the parent's sys.path only."""
     out = run_parent(course, f"""
-        from course_utils import scripts
-        child = scripts.run_command([sys.executable, "-c", {CHILD!r}]).stdout.strip()
+        from course_utils import subprocesses
+        child = subprocesses.run_command([sys.executable, "-c", {CHILD!r}]).stdout.strip()
         print(json.dumps({{"child": child}}))
     """)
     assert out["child"] == str(course / "course_utils" / "__init__.py")
@@ -104,14 +104,14 @@ def test_course_path_is_not_added_for_an_installed_package(monkeypatch):
     environment gets no PYTHONPATH entry that would put all of site-packages before the stdlib."""
     import sysconfig
 
-    from course_utils import scripts
+    from course_utils import subprocesses
 
-    monkeypatch.setattr(scripts, "COURSE_ROOT", Path(sysconfig.get_paths()["purelib"]))
+    monkeypatch.setattr(subprocesses, "COURSE_ROOT", Path(sysconfig.get_paths()["purelib"]))
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    assert "PYTHONPATH" not in scripts.safe_env()
-    monkeypatch.setattr(scripts, "COURSE_ROOT", Path("/content/course"))
-    assert scripts.safe_env()["PYTHONPATH"] == "/content/course"
+    assert "PYTHONPATH" not in subprocesses.safe_env()
+    monkeypatch.setattr(subprocesses, "COURSE_ROOT", Path("/content/course"))
+    assert subprocesses.safe_env()["PYTHONPATH"] == "/content/course"
     monkeypatch.setenv("PYTHONPATH", "/env/python")          # Colab's own
-    assert scripts.safe_env()["PYTHONPATH"] == os.pathsep.join(["/env/python", "/content/course"])
+    assert subprocesses.safe_env()["PYTHONPATH"] == os.pathsep.join(["/env/python", "/content/course"])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/content/course", "/env/python"]))
-    assert scripts.safe_env()["PYTHONPATH"] == os.pathsep.join(["/content/course", "/env/python"])
+    assert subprocesses.safe_env()["PYTHONPATH"] == os.pathsep.join(["/content/course", "/env/python"])

@@ -83,8 +83,8 @@ def test_course_utils_imports_in_the_mxnet_environment():
     if not python.exists():
         import pytest
         pytest.skip("no .venv-mxnet here: `make venv` creates it (make test always does)")
-    code = ("import course_utils, course_utils.data, course_utils.plots, course_utils.scripts, course_utils.mxcluster, "
-            "course_utils.seedcode, course_utils.hardware as h, mxnet, numpy, sys\n"
+    code = ("import course_utils, course_utils.data, course_utils.plots, course_utils.subprocesses, "
+            "course_utils.mxcluster, course_utils.failures, course_utils.hardware as h, mxnet, numpy, sys\n"
             "assert 'torch' not in sys.modules and 'tensorflow' not in sys.modules\n"
             "print(mxnet.__version__, numpy.__version__, h.report().profile)")
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120,

@@ -105,12 +105,12 @@ def test_data_parallel_device_ids(monkeypatch, count):
                                                    ("RTX 3070", None, 4096), ("T4", 0.7, 1024)])
 def test_amp_bench_width_fits_the_card(card, free_gib, width):
     """Chapter 04's speed table was 8192 wide on every GPU (~6 GB): too much for an 8 GB card."""
-    from course_utils import bench
+    from course_utils import measure
     from course_utils.gpu_facts import GPU
 
     gpu = None if card is None else GPU("GeForce RTX 3070", (8, 6), 8 * GiB) if card == "RTX 3070" else KNOWN[card]
     if free_gib is not None:
         gpu = gpu.with_free(int(free_gib * GiB))
-    assert bench.amp_bench_width(gpu) == width
+    assert measure.amp_bench_width(gpu) == width
     if gpu is not None:
-        assert bench.amp_step_bytes(width) <= gpu.free / 2
+        assert measure.amp_step_bytes(width) <= gpu.free / 2

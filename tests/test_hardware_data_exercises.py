@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from course_utils import bench, data, hardware, models
+from course_utils import data, hardware, measure, models
 from grading import assertions
 
 
@@ -27,7 +27,7 @@ def test_seed_everything_is_reproducible():
 
 def test_importing_course_utils_imports_no_framework():
     code = ("import sys, course_utils, course_utils.launch, course_utils.hardware, "
-            "course_utils.costmodel, course_utils.tfdevices, course_utils.data, course_utils.bench, "
+            "course_utils.costmodel, course_utils.tfdevices, course_utils.data, course_utils.measure, "
             "grading, grading.assertions; "
             "print(sorted(m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -74,9 +74,9 @@ def test_models_and_diff():
 
 
 def test_time_fn():
-    t = bench.time_fn(lambda: sum(range(100)), repeats=5)
+    t = measure.time_fn(lambda: sum(range(100)), repeats=5)
     assert len(t.samples) == 5 and t.median > 0 and "ms" in str(t)
-    assert bench.matmul_gflops(1000, 1.0) == 2.0
+    assert measure.matmul_gflops(1000, 1.0) == 2.0
 
 
 def test_exercise_checks_give_helpful_messages():
@@ -94,10 +94,10 @@ def test_exercise_checks_give_helpful_messages():
 def test_heap_bytes_sees_a_tensor_come_and_go():
     import torch
 
-    before = bench.heap_bytes()
+    before = measure.heap_bytes()
     t = torch.empty(4_000_000)                       # 16 MB of float32
-    during = bench.heap_bytes()
+    during = measure.heap_bytes()
     del t
-    after = bench.heap_bytes()
+    after = measure.heap_bytes()
     assert 0.99 * 16e6 <= during - before <= 1.01 * 16e6
     assert abs(after - before) < 1e6

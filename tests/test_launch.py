@@ -7,7 +7,7 @@ import time
 import pytest
 import workers
 
-from course_utils import launch, scripts
+from course_utils import launch, subprocesses
 from course_utils.launch import CommandError, WorkerError
 
 
@@ -201,9 +201,9 @@ def test_torchrun_nodes_forms_one_job_from_two_local_nodes(tmp_path):
 
 def test_stop_forkserver_frees_it_and_run_starts_a_new_one():
     launch.run(workers.no_group, 1, backend=None, output="none")
-    server_pids = [pid for pid, cmd in scripts.descendants().items() if "forkserver" in cmd]
+    server_pids = [pid for pid, cmd in subprocesses.descendants().items() if "forkserver" in cmd]
     assert server_pids and launch.stop_forkserver() is True
-    assert not [pid for pid, cmd in scripts.descendants().items() if "forkserver" in cmd]
+    assert not [pid for pid, cmd in subprocesses.descendants().items() if "forkserver" in cmd]
     assert launch.stop_forkserver() is False
     assert launch.run(workers.no_group, 1, backend=None, output="none")[0][0] is False
 

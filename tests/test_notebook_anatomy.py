@@ -66,7 +66,7 @@ def test_ignored_outputs_are_paired_with_asserts_and_everything_is_executed(path
             nearby = code[max(0, i - 2): i + 3]
             assert any("assert " in c.source for c in nearby), f"ignored cell {i} has no assert near it"
         # papermill stops at any stored error, even in a raises-exception cell: show a seed's
-        # failure with course_utils.seedcode.expect_error instead
+        # failure with course_utils.failures.expect_error instead
         assert not any(out.output_type == "error" for out in cell.outputs), f"cell {i} stores an error"
         assert "raises-exception" not in tags(cell), f"cell {i}: use expect_error, not raises-exception"
 

@@ -57,5 +57,5 @@ def test_a_module_added_without_a_line_is_reported(tmp_path):
     (copy / "newmodule.py").write_text('"""A module nobody put on the map."""\n')
     assert map_problems(copy) == ["newmodule: a module with no line in the map"]
     (copy / "newmodule.py").unlink()
-    (copy / "stable.py").unlink()
-    assert map_problems(copy) == ["stable: on the map, but there is no such module"]
+    (copy / "bounds.py").unlink()
+    assert map_problems(copy) == ["bounds: on the map, but there is no such module"]

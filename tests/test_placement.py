@@ -135,8 +135,8 @@ def test_simulated_nodes_slice_the_visible_ids():
 
 
 def test_torchrun_nodes_hands_each_node_its_gpus(monkeypatch, tmp_path):
-    """scripts.torchrun_nodes passes simulated_node_gpus to each agent (recorded, not launched)."""
-    from course_utils import scripts
+    """subprocesses.torchrun_nodes passes simulated_node_gpus to each agent (recorded, not launched)."""
+    from course_utils import subprocesses
 
     seen = {}
 
@@ -144,12 +144,12 @@ def test_torchrun_nodes_hands_each_node_its_gpus(monkeypatch, tmp_path):
         seen.update(kwargs)
         return []
 
-    monkeypatch.setattr(scripts, "run_commands", fake_run_commands)
+    monkeypatch.setattr(subprocesses, "run_commands", fake_run_commands)
     monkeypatch.setattr(placement, "gpu_count", lambda: 2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     script = tmp_path / "s.py"
     script.write_text("")
-    scripts.torchrun_nodes(script, nnodes=2, nproc_per_node=1)
+    subprocesses.torchrun_nodes(script, nnodes=2, nproc_per_node=1)
     assert [e["CUDA_VISIBLE_DEVICES"] for e in seen["envs"]] == ["0", "1"]
 
 

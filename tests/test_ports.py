@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from course_utils import ports
-from course_utils.scripts import free_port as launchers_free_port
+from course_utils.subprocesses import free_port as launchers_free_port
 
 
 def test_the_launchers_use_the_leased_ports():

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import workers
 
-from course_utils import launch, progress, scripts
+from course_utils import launch, progress, subprocesses
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -25,7 +25,7 @@ def test_bar_counts_a_loop(capsys):
 
 
 def test_run_commands_shows_finished_commands(capsys):
-    scripts.run_commands([["true"], ["sleep", "0.6"]], progress="two commands")
+    subprocesses.run_commands([["true"], ["sleep", "0.6"]], progress="two commands")
     err = capsys.readouterr().err
     assert "two commands" in err and "2/2" in err
 
@@ -38,15 +38,15 @@ def test_launch_run_shows_finished_ranks(capsys):
 
 
 def test_no_label_no_bar(capsys):
-    scripts.run_commands([["true"]])
+    subprocesses.run_commands([["true"]])
     assert capsys.readouterr().err == ""
 
 
 def test_run_command_with_a_label_shows_a_bar_and_still_checks(capsys):
-    assert scripts.run_command(["echo", "hi"], progress="one command").stdout == "hi\n"
+    assert subprocesses.run_command(["echo", "hi"], progress="one command").stdout == "hi\n"
     assert "one command" in capsys.readouterr().err
-    with pytest.raises(scripts.CommandError):
-        scripts.run_command(["false"], progress="fails")
+    with pytest.raises(subprocesses.CommandError):
+        subprocesses.run_command(["false"], progress="fails")
 
 
 # What a notebook stores: the finished bar, as text, the same on every machine (issue 38)
@@ -65,11 +65,11 @@ def test_outside_a_kernel_the_bar_is_on_stderr_not_a_display(capsys):
 
 
 BAR_CELLS = [
-    "from course_utils import progress, scripts\nprint('before')\n"
+    "from course_utils import progress, subprocesses\nprint('before')\n"
     "for _ in progress.bar(range(3), desc='a loop'):\n    pass\nprint('after')",
     "with progress.Waiting(2, 'ranks', unit='rank') as waiting:\n"
     "    waiting.done(1)\n    waiting.tick()\n    waiting.done(2)",
-    "done = scripts.run_commands([['sleep', '0.6'], ['true']], progress='two commands')",
+    "done = subprocesses.run_commands([['sleep', '0.6'], ['true']], progress='two commands')",
     "for i in progress.bar(range(4), desc='stopped early'):\n    if i == 1:\n        break",
 ]
 

@@ -6,7 +6,7 @@ A compared output (a code cell not tagged ``nbval-ignore-output``) may not conta
 - a hardware fact (CPU model, core count, memory size, instruction sets, bf16 support, GPU names):
   those belong in ignore-output cells next to an assert on what the chapter relies on;
 - a float printed at float-noise precision (below 1e-5, in scientific notation) instead of the bound
-  it was checked against (course_utils.stable).
+  it was checked against (course_utils.bounds).
 
 Any stored output, compared or not (it is what a reader sees on GitHub), may not contain
 - a progress bar that never moved (``desc:   0%|          | 0/4``, the text form of a tqdm widget at
@@ -92,7 +92,7 @@ def test_no_hardware_fact_outside_ignored_cells(path):
 def test_no_float_noise(path):
     found = offending(path, NOISE, COMPARISON)
     assert not found, ("floats printed at noise precision; print the bound they were checked against "
-                       "(course_utils.stable.at_most) instead:\n" + "\n".join(found))
+                       "(course_utils.bounds.at_most) instead:\n" + "\n".join(found))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from course_utils import tfcluster
-from course_utils.scripts import CommandError, descendants
+from course_utils.subprocesses import CommandError, descendants
 
 WHOAMI = ("import json, os; t = json.loads(os.environ['TF_CONFIG']); "
           "print(t['task']['type'], t['task']['index'], sorted(t['cluster']))")
@@ -81,7 +81,7 @@ def test_run_refuses_a_missing_script(tmp_path):
 
 
 def test_run_commands_gives_each_command_its_own_environment():
-    from course_utils.scripts import run_commands
+    from course_utils.subprocesses import run_commands
     code = "import os; print(os.environ['WHO'], os.environ['SHARED'])"
     out = run_commands([[sys.executable, "-c", code]] * 2, env={"SHARED": "s"}, envs=[{"WHO": "a"}, {"WHO": "b"}])
     assert [r.stdout.strip() for r in out] == ["a s", "b s"]

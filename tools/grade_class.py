@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from course_utils import kernels  # noqa: E402
-from course_utils.scripts import CommandError, run_command  # noqa: E402
+from course_utils.subprocesses import CommandError, run_command  # noqa: E402
 
 OTTER = Path(sys.executable).with_name("otter")
 

@@ -32,7 +32,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from course_utils import hardware, kernels
-from course_utils.scripts import descendants
+from course_utils.subprocesses import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -129,7 +129,7 @@ def test_untouched_distributed_question_scores_zero_with_feedback_not_a_torch_tr
 def test_grading_a_class_folder_writes_one_csv_row_per_submission(graded, tmp_path):
     import grade_class
 
-    from course_utils.scripts import descendants
+    from course_utils.subprocesses import descendants
 
     name = "02_data_parallel_from_scratch"
     folder = graded[name][0]

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_reference.sh)")
 
-from course_utils import bench, launch, placement, scripts  # noqa: E402
+from course_utils import launch, measure, placement, subprocesses  # noqa: E402
 from course_utils.gpt import GPT, GPTConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_nccl_all_reduce_on_one_gpu_per_rank():
 def test_chapter_03s_two_simulated_nodes_no_longer_share_a_gpu():
     """The crash issue 17 found: two 1-process "nodes" both took cuda:0 under NCCL. Now a node gets
     its own GPU or none (then gloo), and the job trains to the end."""
-    out = scripts.torchrun_nodes(ROOT / "recipes" / "train_ddp.py", "--epochs", "1", nnodes=2, nproc_per_node=1,
+    out = subprocesses.torchrun_nodes(ROOT / "recipes" / "train_ddp.py", "--epochs", "1", nnodes=2, nproc_per_node=1,
                                  timeout_s=180)
     results = [json.loads(line.split("RESULT ", 1)[1]) for text in out for line in text.splitlines()
                if "RESULT " in line]   # torchrun prefixes each line with its rank: "[default0]:RESULT {...}"
@@ -91,7 +91,7 @@ def test_fp16_with_a_grad_scaler_trains_and_bf16_needs_none():
 def test_time_fn_waits_for_the_gpu():
     """A timed matmul on the GPU takes at least its FLOPs at the datasheet's dense bf16 peak."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    seconds = bench.time_fn(lambda: a @ a, repeats=3, device="cuda").best
+    seconds = measure.time_fn(lambda: a @ a, repeats=3, device="cuda").best
     assert seconds >= 2 * 8192**3 / 2000e12   # no GPU does 2 PFLOP/s dense bf16: unsynchronised timing would
 
 

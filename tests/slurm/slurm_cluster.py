@@ -27,7 +27,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from course_utils.scripts import free_port
+from course_utils.subprocesses import free_port
 
 COMMANDS = ("munged", "mungekey", "munge", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "sinfo", "squeue")
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"}   # a job in these has not ended

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 import torch
 
-from course_utils.scripts import free_port
+from course_utils.subprocesses import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SBATCH = ROOT / "recipes" / "slurm" / "train_ddp.sbatch"

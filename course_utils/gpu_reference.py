@@ -5,7 +5,7 @@
 describes the format: ``meta`` says which machine and when, ``summary`` the quoted numbers).
 Chapters show those numbers beside the ones they measure on the reader's machine::
 
-    GPU_AMP = reference.show("amp")     # prints where they come from and what they say; None if absent
+    GPU_AMP = gpu_reference.show("amp")     # prints where they come from and what they say; None if absent
 
 What a run says is the benchmark's own account, ``summary["quoted"]``: each benchmark script's
 ``describe`` writes the labelled lines a chapter prints, so this module knows no benchmark's keys.
@@ -125,5 +125,5 @@ def _folder_name_here() -> str:
     return folder_name(hardware.gpus(), datetime.datetime.now(datetime.UTC).isoformat())
 
 
-if __name__ == "__main__":  # python -m course_utils.reference: the folder a run here would be filed as
+if __name__ == "__main__":  # python -m course_utils.gpu_reference: the folder a run here would be filed as
     print(_folder_name_here())

@@ -2,7 +2,7 @@ import warnings
 
 import pytest
 
-from course_utils.seedcode import expect_error, expect_warning
+from course_utils.failures import expect_error, expect_warning
 
 
 def test_shows_the_expected_error_and_the_line(capsys):

@@ -1,28 +1,28 @@
-"""course_utils.stable prints checked bounds; course_utils.quiet keeps framework logs out of outputs."""
+"""course_utils.bounds prints checked bounds; course_utils.quiet keeps framework logs out of outputs."""
 import os
 import subprocess
 import sys
 
 import pytest
 
-from course_utils import quiet, scripts, stable
+from course_utils import bounds, quiet, subprocesses
 
 
 def test_bounds_print_the_claim_and_check_it():
-    assert stable.at_most(3.0e-8, 1e-6) == "≤ 1e-6"
-    assert stable.at_least(0.1347, 0.05, ".0%") == "≥ 5%"
-    assert stable.between(0.13, 0.1, 0.2, ".0%") == "10%–20%"
-    assert stable.near(2.0000001, 2, 1e-4) == "2 ± 0.0001"
-    assert stable.near(4.0, 4, 1e-3) == "4 ± 0.001"
-    assert stable.at_most(0.0, 1e-5) == "≤ 1e-5"            # equal runs are within any bound
+    assert bounds.at_most(3.0e-8, 1e-6) == "≤ 1e-6"
+    assert bounds.at_least(0.1347, 0.05, ".0%") == "≥ 5%"
+    assert bounds.between(0.13, 0.1, 0.2, ".0%") == "10%–20%"
+    assert bounds.near(2.0000001, 2, 1e-4) == "2 ± 0.0001"
+    assert bounds.near(4.0, 4, 1e-3) == "4 ± 0.001"
+    assert bounds.at_most(0.0, 1e-5) == "≤ 1e-5"            # equal runs are within any bound
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: stable.at_most(2e-5, 1e-6), "measured 2e-05, expected at most 1e-6"),
-    (lambda: stable.at_least(0.01, 0.05, ".0%"), "measured 0.01, expected at least 5%"),
-    (lambda: stable.between(0.6, 0.1, 0.5), "expected between 0.1 and 0.5"),
-    (lambda: stable.near(1.01, 1, 1e-4), "expected 1 ± 0.0001"),
-    (lambda: stable.at_most(float("nan"), 1.0), "NaN"),
+    (lambda: bounds.at_most(2e-5, 1e-6), "measured 2e-05, expected at most 1e-6"),
+    (lambda: bounds.at_least(0.01, 0.05, ".0%"), "measured 0.01, expected at least 5%"),
+    (lambda: bounds.between(0.6, 0.1, 0.5), "expected between 0.1 and 0.5"),
+    (lambda: bounds.near(1.01, 1, 1e-4), "expected 1 ± 0.0001"),
+    (lambda: bounds.at_most(float("nan"), 1.0), "NaN"),
 ])
 def test_a_broken_claim_fails_and_names_both_numbers(call, message):
     with pytest.raises(AssertionError, match=message.replace("(", r"\(").replace("+", r"\+")):
@@ -31,16 +31,16 @@ def test_a_broken_claim_fails_and_names_both_numbers(call, message):
 
 def test_bad_arguments_are_explained():
     with pytest.raises(TypeError, match="must be a number"):
-        stable.at_most("small", 1e-6)
+        bounds.at_most("small", 1e-6)
     with pytest.raises(ValueError, match="low .* must not exceed high"):
-        stable.between(0.5, 1, 0)
+        bounds.between(0.5, 1, 0)
     with pytest.raises(ValueError, match="tol must be >= 0"):
-        stable.near(1, 1, -1)
+        bounds.near(1, 1, -1)
 
 
 def test_tensors_are_numbers_too():
     torch = pytest.importorskip("torch")
-    assert stable.at_most(torch.tensor(1e-9), 1e-6) == "≤ 1e-6"
+    assert bounds.at_most(torch.tensor(1e-9), 1e-6) == "≤ 1e-6"
 
 
 def test_strip_logs_keeps_program_output_and_errors():
@@ -69,12 +69,12 @@ def test_importing_course_utils_sets_the_quiet_environment_without_overriding():
 def test_subprocess_output_comes_back_without_framework_logs():
     noisy = ("import sys; print('I0000 00:00:1796403573.157132 1 port.cc:153] oneDNN custom operations are on.', "
              "file=sys.stderr, flush=True); print('result 42')")
-    assert scripts.run_command([sys.executable, "-c", noisy]).stdout == "result 42\n"
-    (r,) = scripts.run_commands([[sys.executable, "-c", noisy]])
+    assert subprocesses.run_command([sys.executable, "-c", noisy]).stdout == "result 42\n"
+    (r,) = subprocesses.run_commands([[sys.executable, "-c", noisy]])
     assert r.stdout == "result 42\n"
     failing = noisy + "; sys.exit(3)"
-    with pytest.raises(scripts.CommandError, match="oneDNN custom operations"):   # errors keep everything
-        scripts.run_command([sys.executable, "-c", failing])
+    with pytest.raises(subprocesses.CommandError, match="oneDNN custom operations"):   # errors keep everything
+        subprocesses.run_command([sys.executable, "-c", failing])
 
 
 def test_tensorflow_subprocess_prints_no_log_line_even_where_onednn_is_on():
@@ -82,7 +82,7 @@ def test_tensorflow_subprocess_prints_no_log_line_even_where_onednn_is_on():
     announces it through absl before it reads TF_CPP_MIN_LOG_LEVEL."""
     pytest.importorskip("tensorflow")
     code = "import tensorflow as tf; print(int(tf.reduce_sum(tf.ones(3))))"
-    out = scripts.run_command([sys.executable, "-c", code], env={"TF_ENABLE_ONEDNN_OPTS": "1"}, timeout_s=120)
+    out = subprocesses.run_command([sys.executable, "-c", code], env={"TF_ENABLE_ONEDNN_OPTS": "1"}, timeout_s=120)
     assert out.stdout == "3\n", out.stdout
 
 

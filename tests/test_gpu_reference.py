@@ -1,4 +1,4 @@
-"""course_utils.reference: committed GPU numbers are read and labelled, never made up."""
+"""course_utils.gpu_reference: committed GPU numbers are read and labelled, never made up."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import reference
+from course_utils import gpu_reference
 
 
 def write_run(root: Path, folder: str, benchmark: str, *, date: str, device: str = "cuda",
@@ -22,8 +22,8 @@ def write_run(root: Path, folder: str, benchmark: str, *, date: str, device: str
 
 
 def test_nothing_committed_is_none_and_says_so(tmp_path):
-    assert reference.latest("amp", root=tmp_path) is None
-    text = reference.missing("amp")
+    assert gpu_reference.latest("amp", root=tmp_path) is None
+    text = gpu_reference.missing("amp")
     assert "no GPU reference yet" in text and "amp.json" in text and "gpu_reference.sh" in text
 
 
@@ -31,25 +31,25 @@ def test_the_newest_run_wins_by_its_recorded_date(tmp_path):
     write_run(tmp_path, "gpu-h200-20261205", "amp", date="2026-12-05T10:00:00+00:00", summary={"bf16_speedup": 2.0})
     write_run(tmp_path, "gpu-h100-20270101", "amp", date="2027-01-01T09:00:00+00:00", summary={"bf16_speedup": 3.0},
               gpus=["NVIDIA H100 80GB HBM3"])
-    ref = reference.latest("amp", root=tmp_path)
+    ref = gpu_reference.latest("amp", root=tmp_path)
     assert ref.summary == {"bf16_speedup": 3.0}
     assert ref.date == "2027-01-01" and ref.device == "NVIDIA H100 80GB HBM3"
     assert ref.label == ("measured on NVIDIA H100 80GB HBM3, 2027-01-01, torch 2.13.0 "
                          "(results/gpu-h100-20270101/amp.json)")
-    assert reference.latest("device", root=tmp_path) is None   # other benchmarks are not confused with it
+    assert gpu_reference.latest("device", root=tmp_path) is None   # other benchmarks are not confused with it
 
 
 def test_several_gpus_are_counted_in_the_label(tmp_path):
     write_run(tmp_path, "gpu-h200x8-20261205", "allreduce", date="2026-12-05T10:00:00+00:00",
               gpus=["NVIDIA H200"] * 8)
-    assert reference.latest("allreduce", root=tmp_path).device == "NVIDIA H200 (x8)"
+    assert gpu_reference.latest("allreduce", root=tmp_path).device == "NVIDIA H200 (x8)"
 
 
 @pytest.mark.parametrize("device,gpus", [("cpu", []), ("cuda", [])])
 def test_a_cpu_run_filed_as_gpu_reference_is_an_error(tmp_path, device, gpus):
     write_run(tmp_path, "gpu-h200-20261205", "amp", date="2026-12-05T10:00:00+00:00", device=device, gpus=gpus)
     with pytest.raises(ValueError, match="not a GPU"):
-        reference.latest("amp", root=tmp_path)
+        gpu_reference.latest("amp", root=tmp_path)
 
 
 @pytest.mark.parametrize("gpus,name", [
@@ -61,13 +61,13 @@ def test_a_cpu_run_filed_as_gpu_reference_is_an_error(tmp_path, device, gpus):
     ([], "rehearsal-cpu-20261206"),
 ])
 def test_a_run_is_filed_under_its_chip_and_day(gpus, name):
-    assert reference.folder_name(gpus, "2026-12-06T20:15:00+00:00") == name
+    assert gpu_reference.folder_name(gpus, "2026-12-06T20:15:00+00:00") == name
 
 
 def test_the_repository_holds_only_real_gpu_runs():
     """Whatever results/gpu-*/ holds was measured on a GPU (reading it raises otherwise)."""
-    for path in reference.RESULTS.glob("gpu-*/*.json"):
-        assert reference.latest(path.stem) is not None
+    for path in gpu_reference.RESULTS.glob("gpu-*/*.json"):
+        assert gpu_reference.latest(path.stem) is not None
 
 
 def test_show_prints_the_label_and_the_lines_the_benchmark_quoted(tmp_path, capsys):
@@ -75,13 +75,13 @@ def test_show_prints_the_label_and_the_lines_the_benchmark_quoted(tmp_path, caps
     quoted = ["fp32 matmul (TF32 off), GFLOP/s by n: 8192: 55,000", "copy bandwidth, GB/s: on the device 3,900.0"]
     write_run(tmp_path, "gpu-h200-20261205", "device", date="2026-12-05T10:00:00+00:00",
               summary={"device": "cuda", "quoted": quoted})
-    ref = reference.show("device", root=tmp_path)
+    ref = gpu_reference.show("device", root=tmp_path)
     out = capsys.readouterr().out
     assert ref is not None
     assert out == ("measured on NVIDIA H200, 2026-12-05, torch 2.13.0 (results/gpu-h200-20261205/device.json)\n"
                    + "\n".join(quoted) + "\n")
-    assert reference.describe(ref) == "\n".join(quoted)
-    assert reference.show("amp", root=tmp_path) is None
+    assert gpu_reference.describe(ref) == "\n".join(quoted)
+    assert gpu_reference.show("amp", root=tmp_path) is None
     assert capsys.readouterr().out.startswith("no GPU reference yet")
 
 
@@ -89,4 +89,4 @@ def test_a_run_that_quotes_nothing_says_to_measure_again(tmp_path):
     """A schema-1 file (before the benchmarks described their own runs) is named, with what to do."""
     write_run(tmp_path, "gpu-h200-20261205", "amp", date="2026-12-05T10:00:00+00:00", summary={"bf16_speedup": 2.0})
     with pytest.raises(ValueError, match=r"amp.json has no summary\['quoted'\].*gpu_reference.sh again"):
-        reference.show("amp", root=tmp_path)
+        gpu_reference.show("amp", root=tmp_path)

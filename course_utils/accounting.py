@@ -67,10 +67,6 @@ def activation_bytes_megatron(s: int, b: int, h: int, a: int) -> int:
     return s * b * h * 34 + 5 * a * s * s * b
 
 
-SDPA_BACKENDS = ("cpu_flash", "flash", "efficient", "cudnn", "math")
-"""The kernels behind ``scaled_dot_product_attention``: the CPU's fused kernel, and on CUDA
-FlashAttention-2, the memory-efficient (xFormers/CUTLASS) kernel, cuDNN's, and the unfused math."""
-
 SDPA_RNG_BYTES = {"cpu_flash": 0, "flash": 2 * 8 + 8, "efficient": 8 + 8, "cudnn": 8 + 8}
 """Bytes of the dropout RNG state a fused kernel saves for backward, even with no dropout: the
 flash kernel a uint64 pair (seed, offset) plus an unused uint64 scalar, the efficient and cuDNN

@@ -33,7 +33,6 @@ The machinery they share:
 - ``ranks``       run a student's worker on gloo ranks; a failure explained in the student's words
 - ``compare``     compare the ranks' tensors with one process's: the first that differs, by how much
 - ``feedback``    call a student's plain function; name the classic mistake a result matches
-- ``assertions``  ``check_close``/``check_equal``: which value was wrong, what was expected
 - ``mutant``      :class:`~grading.mutant.Mutant`, one planted wrong answer and its expected hint
 
 ``grading`` imports :mod:`course_utils`; nothing in ``course_utils`` imports ``grading``

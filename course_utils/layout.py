@@ -27,7 +27,7 @@ AXES = ("pp", "dp", "cp", "tp")
 """The mesh dimensions, outermost first; :meth:`Layout.coords` also gives ``"ep"``."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)   # Layout(dp=2, tp=2): a positional Layout(2, 2) would be ambiguous
 class Layout:
     """How many ranks each parallelism gets (all default to 1). ``ep`` must divide ``dp · cp``;
     ``replicate`` (HSDP) must divide ``dp``."""

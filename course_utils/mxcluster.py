@@ -32,7 +32,9 @@ def data_parallel_contexts(n: int, num_gpus: int) -> list[tuple[str, int]]:
     Build them with ``getattr(mx, kind)(index)``."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (contexts to compare with one), got {n!r}")
-    kind = "gpu" if num_gpus >= n else "cpu"
+    from .placement import ranks_get_gpus  # the course's one rule: a device of its own for each replica
+
+    kind = "gpu" if ranks_get_gpus(n, num_gpus) else "cpu"
     return [(kind, i) for i in range(n)]
 
 

@@ -4,6 +4,7 @@ import workers
 
 from course_utils import launch
 from course_utils.commcount import ring_bytes_sent
+from course_utils.placement import cpu_plan  # the workers here use CPU tensors
 
 
 def test_ring_bytes_per_collective():
@@ -21,7 +22,7 @@ def test_ring_bytes_per_collective():
 
 def test_collectives_records_what_dtensor_and_an_uneven_all_to_all_issue():
     ((calls, counts, sent, summed, shape, got, empty), (calls1, *_, got1, empty1)) = launch.run(
-        workers.collectives_seen, 2, output="none")
+        workers.collectives_seen, 2, plan=cpu_plan(2), output="none")
     assert calls == [("all_reduce", 128, 2, 128, (0, 1)), ("all_gather", 64, 2, 64, (0, 1)),
                      ("all_to_all", 128, 2, 96, (0, 1)), ("all_gather", 24, 2, 24, (0, 1)),
                      ("reduce_scatter", 48, 2, 24, (0, 1)), ("all_reduce", 12, 2, 12, (0, 1))]

@@ -5,6 +5,7 @@ import workers
 
 from course_utils import composed, launch
 from course_utils.gpt import GPT, GPTConfig
+from course_utils.placement import cpu_plan  # the workers here use CPU tensors
 
 CONFIG = GPTConfig(vocab_size=16, block_size=8, n_layer=4, n_head=4, d_model=16)
 NAMES = sorted(n for n, _ in GPT(CONFIG).named_parameters())
@@ -65,13 +66,13 @@ def check(results, names=NAMES):
 @pytest.mark.parametrize("sequence_parallel", [False, True])
 def test_fsdp_times_tensor_parallel_equals_one_process(sequence_parallel):
     layout = composed.Layout(dp=2, tp=2)
-    check(launch.run(workers.composed_vs_one_process, 4, args=(layout,),
+    check(launch.run(workers.composed_vs_one_process, 4, plan=cpu_plan(4), args=(layout,),
                      kwargs={"sequence_parallel": sequence_parallel}, output="none"))
 
 
 def test_hsdp_equals_one_process_and_all_reduces_across_the_replicas():
     layout = composed.Layout(dp=4, replicate=2)
-    results = launch.run(workers.composed_vs_one_process, 4, args=(layout,), output="none")
+    results = launch.run(workers.composed_vs_one_process, 4, plan=cpu_plan(4), args=(layout,), output="none")
     check(results)
     talk = results[0][3]                 # rank 0's collectives, by mesh dimension
     assert set(talk["shard"]) == {"all_gather", "reduce_scatter"} and set(talk["replicate"]) == {"all_reduce"}
@@ -79,7 +80,7 @@ def test_hsdp_equals_one_process_and_all_reduces_across_the_replicas():
 
 def test_each_mesh_dimension_issues_its_own_collectives():
     layout = composed.Layout(dp=2, tp=2)
-    talk = launch.run(workers.composed_vs_one_process, 4, args=(layout,), output="none")[0][3]
+    talk = launch.run(workers.composed_vs_one_process, 4, plan=cpu_plan(4), args=(layout,), output="none")[0][3]
     assert set(talk) == {"dp", "tp"}
     assert talk["tp"] == ["all_reduce"] * 16          # 4 blocks × (2 forward + 2 backward)
     assert set(talk["dp"]) == {"all_gather", "reduce_scatter"} and talk["dp"].count("reduce_scatter") == 5
@@ -91,23 +92,25 @@ def test_every_pipeline_schedule_times_fsdp_equals_one_process(schedule):
     schedules (with a unit per block those are wrong: chapter 16 shows it)."""
     layout = composed.Layout(pp=2, dp=2)
     per_block = schedule not in composed.SPLIT_BACKWARD
-    check(launch.run(workers.composed_vs_one_process, 4, args=(layout, schedule),
+    check(launch.run(workers.composed_vs_one_process, 4, plan=cpu_plan(4), args=(layout, schedule),
                      kwargs={"per_block": per_block, "n_microbatches": 4}, output="none"))
 
 
 def test_pipeline_times_tensor_parallel_equals_one_process():
     layout = composed.Layout(pp=2, tp=2)
-    check(launch.run(workers.composed_vs_one_process, 4, args=(layout, "Schedule1F1B"), output="none"))
+    check(launch.run(workers.composed_vs_one_process, 4, plan=cpu_plan(4), args=(layout, "Schedule1F1B"),
+                     output="none"))
 
 
 def test_three_dimensions_on_eight_ranks_equal_one_process():
     layout = composed.Layout(pp=2, dp=2, tp=2)
-    check(launch.run(workers.composed_vs_one_process, 8, args=(layout, "Schedule1F1B"), output="none"))
+    check(launch.run(workers.composed_vs_one_process, 8, plan=cpu_plan(8), args=(layout, "Schedule1F1B"),
+                     output="none"))
 
 
 def test_too_few_microbatches_is_refused_before_it_hangs():
     with pytest.raises(launch.WorkerError, match="needs at least 2 microbatches, got 1"):
-        launch.run(workers.composed_vs_one_process, 2, args=(composed.Layout(pp=2), "Schedule1F1B"),
+        launch.run(workers.composed_vs_one_process, 2, plan=cpu_plan(2), args=(composed.Layout(pp=2), "Schedule1F1B"),
                    kwargs={"n_microbatches": 1}, output="none")
 
 

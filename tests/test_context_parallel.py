@@ -6,6 +6,7 @@ import workers
 
 from course_utils import context_parallel as cp
 from course_utils import launch
+from course_utils.placement import cpu_plan  # the workers here use CPU tensors
 
 
 @pytest.mark.parametrize("layout", cp.LAYOUTS)
@@ -62,14 +63,17 @@ def test_one_rank_without_a_process_group_is_full_attention():
 @pytest.mark.parametrize("world_size,layout", [(1, "zigzag"), (2, "contiguous"), (3, "zigzag"),
                                                (4, "contiguous"), (4, "zigzag")])
 def test_ring_attention_equals_full_causal_attention(world_size, layout):
-    errors = launch.run(workers.ring_attention_vs_sdpa, world_size, args=(layout,), output="none")
+    errors = launch.run(workers.ring_attention_vs_sdpa, world_size, plan=cpu_plan(world_size), args=(layout,),
+                        output="none")
     assert max(max(e) for e in errors) < 1e-12, errors   # output, dq, dk, dv on every rank
 
 
 def test_ring_attention_in_float32_and_bfloat16_accumulates_in_float32():
-    errors32 = launch.run(workers.ring_attention_vs_sdpa, 2, args=("zigzag", "float32"), output="none")
+    errors32 = launch.run(workers.ring_attention_vs_sdpa, 2, plan=cpu_plan(2), args=("zigzag", "float32"),
+                          output="none")
     assert max(max(e) for e in errors32) < 1e-5
-    errors16 = launch.run(workers.ring_attention_vs_sdpa, 2, args=("zigzag", "bfloat16"), output="none")
+    errors16 = launch.run(workers.ring_attention_vs_sdpa, 2, plan=cpu_plan(2), args=("zigzag", "bfloat16"),
+                          output="none")
     assert max(max(e) for e in errors16) < 0.05          # bf16 rounding of inputs and outputs only
 
 

@@ -9,6 +9,7 @@ import workers
 
 from course_utils import launch, subprocesses
 from course_utils.launch import CommandError, WorkerError
+from course_utils.placement import cpu_plan  # the workers here use CPU tensors
 
 
 def alive(pid: int) -> bool:
@@ -31,7 +32,7 @@ def wait_gone(pids, within_s=5.0) -> list[int]:
 
 
 def test_returns_each_ranks_value_in_rank_order(capsys):
-    out = launch.run(workers.rank_and_sum, 2)
+    out = launch.run(workers.rank_and_sum, 2, plan=cpu_plan(2))
     assert [r["rank"] for r in out] == [0, 1]
     assert all(r["world"] == 2 and r["sum"] == 1.0 for r in out)
     assert out[0]["pid"] != out[1]["pid"] != os.getpid()
@@ -39,12 +40,12 @@ def test_returns_each_ranks_value_in_rank_order(capsys):
 
 
 def test_world_size_one_and_three():
-    assert [r["sum"] for r in launch.run(workers.rank_and_sum, 1, output="none")] == [0.0]
-    assert [r["sum"] for r in launch.run(workers.rank_and_sum, 3, output="none")] == [3.0] * 3
+    assert [r["sum"] for r in launch.run(workers.rank_and_sum, 1, plan=cpu_plan(1), output="none")] == [0.0]
+    assert [r["sum"] for r in launch.run(workers.rank_and_sum, 3, plan=cpu_plan(3), output="none")] == [3.0] * 3
 
 
 def test_output_rank0_only(capsys):
-    launch.run(workers.rank_and_sum, 2, output="rank0")
+    launch.run(workers.rank_and_sum, 2, plan=cpu_plan(2), output="rank0")
     assert capsys.readouterr().out == "[rank 0] hello from rank 0\n"
 
 
@@ -55,12 +56,12 @@ def test_no_process_group_sets_torchrun_environment():
 @pytest.mark.parametrize("world_size", [0, -1, 1.5, "2", True])
 def test_bad_world_size(world_size):
     with pytest.raises(ValueError, match="world_size must be an integer >= 1"):
-        launch.run(workers.rank_and_sum, world_size)
+        launch.run(workers.rank_and_sum, world_size)   # refused before any plan is made
 
 
 def test_not_callable():
     with pytest.raises(ValueError, match="worker must be a function"):
-        launch.run("rank_and_sum", 2)
+        launch.run("rank_and_sum", 2, plan=cpu_plan(2))
 
 
 def test_function_from_the_notebook_gets_a_clear_error():
@@ -68,13 +69,13 @@ def test_function_from_the_notebook_gets_a_clear_error():
         return rank
 
     with pytest.raises(ValueError, match="%%writefile"):
-        launch.run(local, 2)
+        launch.run(local, 2, plan=cpu_plan(2))
     with pytest.raises(ValueError, match="lambda or nested"):
-        launch.run(lambda r, w: r, 2)
+        launch.run(lambda r, w: r, 2, plan=cpu_plan(2))
     main_fn = type(local)(local.__code__, {"__name__": "__main__"}, "main_fn")
     main_fn.__module__, main_fn.__qualname__ = "__main__", "main_fn"
     with pytest.raises(ValueError, match="module __main__"):
-        launch.run(main_fn, 2)
+        launch.run(main_fn, 2, plan=cpu_plan(2))
 
 
 @pytest.mark.parametrize("backend,msg", [("mpi", "'gloo' \\(CPU\\) or 'nccl'"),
@@ -86,14 +87,14 @@ def test_unavailable_backend(backend, msg):
 
 def test_fork_is_refused():
     with pytest.raises(ValueError, match="deadlocks"):
-        launch.run(workers.rank_and_sum, 2, start_method="fork")
+        launch.run(workers.rank_and_sum, 2, plan=cpu_plan(2), start_method="fork")
 
 
 def test_no_rank_tears_its_group_down_before_every_rank_is_done(tmp_path):
     """A rank that leaves early can close the connections a slower peer is still setting up (gloo:
     "connectFullMesh failed ... Connection closed by peer"): the launcher holds each rank at a
     barrier until all have returned."""
-    assert launch.run(workers.finishes_unevenly, 3, args=(str(tmp_path),), output="none") == [0, 1, 2]
+    assert launch.run(workers.finishes_unevenly, 3, plan=cpu_plan(3), args=(str(tmp_path),), output="none") == [0, 1, 2]
     last_done = max(float((tmp_path / f"done{r}").read_text()) for r in range(3))
     assert all(float((tmp_path / f"destroyed{r}").read_text()) >= last_done for r in range(3))
 
@@ -102,7 +103,7 @@ def test_worker_exception_is_reraised_with_its_traceback(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where run() keeps the ranks' logs
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:
-        launch.run(workers.raises, 2, timeout_s=60)
+        launch.run(workers.raises, 2, plan=cpu_plan(2), timeout_s=60)
     assert time.monotonic() - start < 30  # rank 0 was stuck in a barrier: killed, not awaited for 60 s
     assert not list(tmp_path.glob("course_launch_*"))  # its logs were removed (they used to pile up in /tmp)
     err = info.value
@@ -114,7 +115,7 @@ def test_worker_exception_is_reraised_with_its_traceback(tmp_path, monkeypatch):
 def test_rank_killed_mid_collective_fails_fast_and_leaves_no_process(tmp_path):
     start = time.monotonic()
     with pytest.raises(WorkerError, match="rank 1 killed by SIGKILL"):
-        launch.run(workers.killed_mid_collective, 2, args=(str(tmp_path),), timeout_s=120)
+        launch.run(workers.killed_mid_collective, 2, plan=cpu_plan(2), args=(str(tmp_path),), timeout_s=120)
     assert time.monotonic() - start < 60  # failed fast, not at the timeout (bounds are loose: a loaded CI)
     pids = pids_in(tmp_path)
     assert len(pids) == 2
@@ -124,16 +125,16 @@ def test_rank_killed_mid_collective_fails_fast_and_leaves_no_process(tmp_path):
 def test_hung_rank_hits_the_wall_clock_timeout_and_is_reaped(tmp_path):
     start = time.monotonic()
     with pytest.raises(WorkerError, match=r"timed out after 3 s; ranks \[0\]"):
-        launch.run(workers.hangs, 2, args=(str(tmp_path),), timeout_s=3)
+        launch.run(workers.hangs, 2, plan=cpu_plan(2), args=(str(tmp_path),), timeout_s=3)
     assert time.monotonic() - start < 40  # the hung rank sleeps for ever: stopped by the 3 s timeout
     assert wait_gone(pids_in(tmp_path)) == []
 
 
 def test_bad_output_and_timeouts():
     with pytest.raises(ValueError, match="output must be"):
-        launch.run(workers.rank_and_sum, 2, output="rank1")
+        launch.run(workers.rank_and_sum, 2, plan=cpu_plan(2), output="rank1")
     with pytest.raises(ValueError, match="positive"):
-        launch.run(workers.rank_and_sum, 2, timeout_s=0)
+        launch.run(workers.rank_and_sum, 2, plan=cpu_plan(2), timeout_s=0)
 
 
 def test_run_command_timeout_kills_the_whole_process_tree(tmp_path):

@@ -5,6 +5,7 @@ import workers
 
 from course_utils import launch
 from course_utils.layout import AXES, Layout
+from course_utils.placement import cpu_plan  # the workers here use CPU tensors
 
 
 def test_ranks_are_numbered_tensor_parallel_fastest_then_cp_dp_pp():
@@ -64,7 +65,9 @@ def test_a_layout_prints_its_dimensions():
 
 @pytest.mark.parametrize("layout", [Layout(dp=2, cp=2), Layout(dp=4, ep=2)], ids=["dp2-cp2", "dp4-ep2"])
 def test_the_device_meshes_hold_the_groups_the_layout_names(layout):
-    for rank, groups in enumerate(launch.run(workers.mesh_groups, layout.world_size, args=(layout,), output="none")):
+    per_rank = launch.run(workers.mesh_groups, layout.world_size, plan=cpu_plan(layout.world_size), args=(layout,),
+                          output="none")
+    for rank, groups in enumerate(per_rank):
         for dim, ranks in groups.items():
             assert ranks == next(g for g in layout.groups(dim) if rank in g), (rank, dim)
 
@@ -74,6 +77,7 @@ def test_the_device_meshes_hold_the_groups_the_layout_names(layout):
 def test_context_and_expert_parallelism_run_on_the_layouts_groups(layout, dim):
     """Ring attention on each cp group and an expert-parallel MoE on each ep group (ranks 0 and 2:
     not consecutive) == one process on that group's data."""
-    results = launch.run(workers.parallel_on_a_layout_group, layout.world_size, args=(layout, dim), output="none")
+    results = launch.run(workers.parallel_on_a_layout_group, layout.world_size, plan=cpu_plan(layout.world_size),
+                         args=(layout, dim), output="none")
     for rank, (error, ranks) in enumerate(results):
         assert error < 1e-10 and ranks == next(g for g in layout.groups(dim) if rank in g), (rank, error, ranks)

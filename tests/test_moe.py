@@ -7,6 +7,7 @@ import workers
 
 from course_utils import launch
 from course_utils.moe import MoE, capacity, route
+from course_utils.placement import cpu_plan  # the workers here use CPU tensors
 
 
 def test_capacity_is_the_factor_times_a_fair_share_rounded_up():
@@ -89,7 +90,7 @@ def test_a_config_with_experts_builds_through_moe_gpt_only():
                          [(2, 4, 1, 1.0), (2, 4, 2, 1.25), (4, 8, 2, 1.0), (3, 3, 1, 4.0)])
 def test_expert_parallel_equals_one_process_with_a_group_per_rank(world_size, n_expert, top_k,
                                                                    capacity_factor):
-    results = launch.run(workers.expert_parallel_vs_one_process, world_size,
+    results = launch.run(workers.expert_parallel_vs_one_process, world_size, plan=cpu_plan(world_size),
                          args=(n_expert, top_k, capacity_factor), output="none")
     assert max(err for err, _ in results) < 1e-12, results
     if capacity_factor == 1.0:
@@ -98,4 +99,4 @@ def test_expert_parallel_equals_one_process_with_a_group_per_rank(world_size, n_
 
 def test_expert_parallel_needs_experts_that_split_evenly():
     with pytest.raises(launch.WorkerError, match="3 experts do not split evenly over 2 ranks"):
-        launch.run(workers.expert_parallel_vs_one_process, 2, args=(3, 1, 1.0), output="none")
+        launch.run(workers.expert_parallel_vs_one_process, 2, plan=cpu_plan(2), args=(3, 1, 1.0), output="none")

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("course_utils", "notebooks", "exercises", "scripts", "benchmarks", "tools", "recipes")
+FOLDERS = ("course_utils", "grading", "notebooks", "exercises", "scripts", "benchmarks", "tools", "recipes")
 HOME = "course_utils/placement.py"      # where the rule lives: its function ranks_get_gpus, and only there
 
 GPUS = r"(?:\w*gpus?\w*|\w*device_count\(\)|len\(ids\)|visible)"
@@ -89,7 +89,8 @@ def test_the_search_finds_what_it_looks_for(tmp_path):
 
 def backends_passed(notebook: Path) -> list[str]:
     """``"file cell N: backend=..."`` for every ``launch.run(...)`` in ``notebook``'s code cells that passes a
-    backend of its own (``backend=None``, no process group at all, is not a choice of device)."""
+    backend of its own. ``backend=None`` (no process group at all) is not a choice of device: chapter 03
+    teaches ``init_process_group`` by hand, and its workers get the plan's backend as an argument."""
     import ast
 
     found = []

@@ -7,6 +7,7 @@ import pytest
 import workers
 
 from course_utils import launch, progress, subprocesses
+from course_utils.placement import cpu_plan  # the workers here use CPU tensors
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -31,7 +32,7 @@ def test_run_commands_shows_finished_commands(capsys):
 
 
 def test_launch_run_shows_finished_ranks(capsys):
-    out = launch.run(workers.rank_and_sum, 2, output="none", progress="ranks")
+    out = launch.run(workers.rank_and_sum, 2, plan=cpu_plan(2), output="none", progress="ranks")
     assert [r["rank"] for r in out] == [0, 1]
     err = capsys.readouterr().err
     assert "ranks: 100%" in err and "2/2" in err

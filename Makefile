@@ -155,6 +155,7 @@ book: $(STAMP)
 
 # re-execute every chapter and rewrite the README's table of wall time and peak memory
 outputs: $(STAMP) $(MXSTAMP)
+	rm -rf notebooks/work   # %%writefile then says "Writing", as on a fresh clone
 	$(PY) tools/run_notebooks.py --readme notebooks/[0-9]*.ipynb
 
 clean:

@@ -115,6 +115,39 @@ def test_no_profiler_log_line(path):
     assert not found, "profiler log lines in stored outputs:\n" + "\n".join(found)
 
 
+def writefile_words(path: Path) -> list[str]:
+    """``"cell N: stored 'Overwriting', a fresh run says 'Writing'"`` (and the reverse) for each %%writefile
+    cell of ``path`` whose stored word is not what a fresh clone prints: "Writing" the first time the
+    chapter writes a file, "Overwriting" after that (a re-run over an old work/ folder stores the latter)."""
+    written, found = set(), []
+    for n, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        match = re.match(r"%%writefile(?: -a)? (\S+)", cell.source) if cell.cell_type == "code" else None
+        if not match:
+            continue
+        fresh = "Overwriting" if match.group(1) in written else "Writing"
+        written.add(match.group(1))
+        for text in (_text(out) for out in cell.outputs if out.output_type == "stream"):
+            stored = text.split(" ", 1)[0]
+            if stored in ("Writing", "Overwriting") and stored != fresh:
+                found.append(f"cell {n}: stored {stored!r}, a fresh run says {fresh!r}")
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_writefile_says_what_a_fresh_clone_prints(path):
+    found = writefile_words(path)
+    assert not found, ("re-execute with `make outputs` (it removes notebooks/work first):\n" + "\n".join(found))
+
+
+def test_a_stale_writefile_word_is_found(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%%writefile work/a.py\nx = 1\n"),
+                                         nbformat.v4.new_code_cell("%%writefile work/a.py\nx = 2\n")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="Overwriting work/a.py\n")]
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="Overwriting work/a.py\n")]
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    assert writefile_words(tmp_path / "x.ipynb") == ["cell 0: stored 'Overwriting', a fresh run says 'Writing'"]
+
+
 def test_the_stored_output_checks_can_fail():
     for line in ("world sizes:   0%|          | 0/3 [00:00<?, ?it/s]", "DDP:   0%|          | 0/2"):
         assert UNMOVED_BAR.search(line), line

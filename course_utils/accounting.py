@@ -170,6 +170,24 @@ def activation_bytes_block(s: int, b: int, h: int, a: int, element_bytes: int = 
             + sdpa_saved_stat_bytes(s, b, a, backend))
 
 
+def block_saved_values(config) -> tuple[int, int]:
+    """Values one block of ``config`` (a ``course_utils.shape.GPTConfig``, dense) keeps for backward
+    per token, with a fused attention kernel, no dropout and no recomputation, large tensors only
+    (the norms' and the kernel's per-row statistics left out), split by where tensor parallelism
+    puts them: (outside, inside).
+
+    - outside the tensor-parallel regions: each norm's input and output (2 × 2h), copies on every
+      TP rank unless sequence parallelism splits them;
+    - inside, split over the TP ranks by heads or columns: q (a·d), k and v (g·d each, g K/V heads),
+      the attention output (a·d) and the MLP's intermediates: GELU's input and output (2f), or
+      SwiGLU's gate and up outputs, silu(gate) and the product (4f).
+
+    GPT-2's block (``course_utils.gpt.Block``): (4h, 12h), :func:`activation_bytes_block`'s 16h.
+    """
+    h, q, kv, f = config.d_model, config.n_head * config.head_dim, config.kv_heads * config.head_dim, config.mlp_width
+    return 4 * h, 2 * q + 2 * kv + (2 if config.mlp == "gelu" else 4) * f
+
+
 def count_flops(fn: Callable[[], object]) -> int:
     """FLOPs of ``fn()`` as ``FlopCounterMode`` counts them, attention on the math SDPA kernel."""
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -92,13 +92,21 @@ MEGATRON_2021 = [
 @dataclass(frozen=True)
 class Recipe:
     """How each rank trains, on whatever layout: the ``zero`` stage (0–3) over the ranks holding
-    the same weights; ``recompute`` "none" or "full"; ``microbatch`` sequences per microbatch;
-    ``flash``: a fused attention kernel (no s×s scores kept)."""
+    the same weights; ``recompute`` "none", "selective" (Korthikanti et al. 2022: the attention
+    core only) or "full"; ``microbatch`` sequences per microbatch; ``flash``: a fused attention
+    kernel (no s×s scores kept); ``sequence_parallel``: tensor parallelism also splits the norms'
+    regions by sequence (Megatron-LM's SP; without it those activations are copies on every TP
+    rank); ``overlap``: data-, context- and pipeline-parallel transfers hide behind compute where
+    the overlap model says they can (False: every transfer is exposed); ``dropout``: the 2021–2022
+    Megatron runs' dropout, whose masks are kept for backward."""
 
     zero: int = 1
     recompute: str = "none"
     microbatch: int = 1
     flash: bool = True
+    sequence_parallel: bool = True
+    overlap: bool = False
+    dropout: bool = False
 
 
 @dataclass

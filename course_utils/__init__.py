@@ -33,6 +33,8 @@ Instruments: what measures, counts, checks and shows; they change nothing they m
 - ``failures``       run a seed article's failing code: show the error or warning, and check it happens
 - ``gpu_reference``  GPU numbers committed under results/gpu-*/, read and labelled (never invented)
 - ``plots``          one figure style: labelled axes with units, a light grid, the same colours
+- ``explorer``       the planner's best layouts at a glance: per-GPU memory and step time by part, as a
+  figure and behind ipywidgets controls (model, GPUs, sequence length; ch. 16)
 - ``progress``       progress bars for long cells; what a notebook stores is the finished bar
 
 Machinery: where and how the chapters run; read it to change the course, not to learn from it.

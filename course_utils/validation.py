@@ -165,7 +165,7 @@ def assumptions(run: Run) -> list[str]:
     if run.async_tp:
         out.append("async TP's overlap of TP transfers with matmuls")
     if run.float8:
-        out.append("float8 matmuls (throughput not predicted)")
+        out.append("float8 matmuls: throughput not predicted, memory priced as bf16 training")
     if run.memory_gib is not None:
         out.append(f"published memory is the {run.memory_kind}; the planner counts live bytes")
     return out
@@ -353,8 +353,13 @@ def report(runs: Sequence[Run], predictor: Callable, fit: Callable[[Sequence[Run
 
 
 def starting_point(runs: Sequence[Run] = RUNS) -> str:
-    """The planner as it is, one GEMM efficiency fitted leave-one-source-out, on every published run."""
-    return report(runs, planner_predictor, fit=fit_efficiency)
+    """The planner as it is, one GEMM efficiency fitted leave-one-source-out, on every published run;
+    then what :func:`to_planner` assumed for each run it compared."""
+    evaluation = evaluate(runs, planner_predictor, fit=fit_efficiency)
+    compared = dict.fromkeys(c.run.name for c in evaluation.comparisons)
+    by_name = {r.name: r for r in runs}
+    notes = [f"  {name}: {'; '.join(assumptions(by_name[name]))}" for name in compared if assumptions(by_name[name])]
+    return evaluation.report() + ("\nassumed or priced differently:\n" + "\n".join(notes) if notes else "")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ def test_each_run_is_consistent(run):
     if run.model is not None:
         assert run.model.block_size == run.seq_len
         assert run.gpu in validation.GPU_PRESETS
+        # the planner's dense bf16 peak is the one the source divides by (A100 312, H100/H200 989)
+        assert validation.GPU_PRESETS[run.gpu]["peak_tflops"] == run.peak_tflops
     assert run.flops in validation.CONVENTIONS
     assert any(v is not None for v in (run.tflops, run.mfu, run.hfu, run.tokens_per_s, run.memory_gib)), \
         "a run with nothing published"

@@ -22,6 +22,10 @@ Lessons: what a chapter teaches, written to be read top to bottom.
 - ``composed``       DP x TP x PP composed on one device mesh: the GPT on a grid of ranks (ch. 16)
 - ``planner``        which layout? per-GPU memory, step time and MFU of a GPT under dp, tp, pp, cp, ep,
   ZeRO and recomputation (ch. 16)
+- ``published_runs`` published training runs (Megatron-LM, Korthikanti, Llama 3, torchtitan, DeepSeek-V3):
+  layouts, memory and throughput, each with where it was read (ch. 16)
+- ``validation``     the planner against published runs: prediction, published value, ratio, and a
+  leave-one-out constant predictor beside it (ch. 16)
 
 Instruments: what measures, counts, checks and shows; they change nothing they measure.
 

@@ -183,8 +183,9 @@ class Recipe:
 
 @dataclass
 class Prediction:
-    """What :func:`predict` says of one layout and recipe: bytes per GPU by part, seconds per step
-    by part, MFU, and why it is impossible (``reason``; None when it is possible)."""
+    """What :func:`predict` says of one layout and recipe: bytes per GPU by part (the busiest pipeline
+    stage; live bytes unless ``allocator_overhead`` > 1), seconds per step by part (what is exposed),
+    MFU, and why it is impossible (``reason``; None when it is possible)."""
 
     layout: Layout
     recipe: Recipe

@@ -20,8 +20,10 @@ Lessons: what a chapter teaches, written to be read top to bottom.
 - ``moe``            mixture of experts in one process: router, top-k, capacity, load balancing (ch. 15)
 - ``expert_parallel`` a MoE layer's experts split over ranks, tokens sent to them by all-to-all (ch. 15)
 - ``composed``       DP x TP x PP composed on one device mesh: the GPT on a grid of ranks (ch. 16)
-- ``planner``        which layout? per-GPU memory, step time and MFU of a GPT under dp, tp, pp, cp, ep,
-  ZeRO and recomputation (ch. 16)
+- ``planner``        which layout? per-GPU memory, step time and MFU of a GPT or Llama under dp, tp, pp, cp,
+  ep, ZeRO, recomputation and overlap (ch. 16)
+- ``gemm_efficiency`` how close to peak a matrix multiply runs, by its sizes: a three-term model fitted to
+  measured GEMMs (the planner's compute time)
 - ``published_runs`` published training runs (Megatron-LM, Korthikanti, Llama 3, torchtitan, DeepSeek-V3):
   layouts, memory and throughput, each with where it was read (ch. 16)
 - ``validation``     the planner against published runs: prediction, published value, ratio, and a

@@ -1,60 +1,132 @@
-"""Which layout? Per-GPU memory, step time and MFU of a GPT under (dp, tp, pp, cp, ep, ZeRO,
-recomputation, microbatch size) on a cluster — pure arithmetic, so that every number can be checked
-by hand.
+"""Which layout? Per-GPU memory, step time and MFU of a GPT- or Llama-shaped transformer under (dp, tp,
+pp, cp, ep, ZeRO, recomputation, sequence parallelism, overlap, microbatch size) on a cluster — pure
+arithmetic, so that every number can be checked by hand.
 
-Three inputs: the model, a ``course_utils.shape.GPTConfig`` (the one ``course_utils.gpt`` builds);
-the grid, a ``course_utils.layout.Layout`` (the one ``course_utils.composed`` trains on); and how each
-rank trains, a :class:`Recipe` (ZeRO stage, recomputation, microbatch size, flash attention).
+Three inputs: the model, a ``course_utils.shape.GPTConfig`` (GPT-2's block or a Llama-3-style one:
+grouped-query attention, SwiGLU, RMSNorm, RoPE); the grid, a ``course_utils.layout.Layout`` (the one
+``course_utils.composed`` trains on); and how each rank trains, a :class:`Recipe`.
 
-The model of one training step (a GPT like ``course_utils.gpt``: L = ``n_layer`` layers, hidden
-h = ``d_model``, a = ``n_head`` heads, sequences of s = ``block_size`` tokens, vocabulary
-V = ``vocab_size``, untied head; with ``n_expert`` E > 0 each block's MLP is E experts of which
-each token uses ``top_k`` k (chapter 15); global batch B sequences; n = dp · tp · pp · cp GPUs,
-ranks ordered tp, cp, dp, pp from the inside out, as Megatron-LM orders them and ``Layout`` does):
+Notation: L = ``n_layer`` layers, h = ``d_model``, a = ``n_head`` query heads of d = ``head_dim``
+dimensions, g = ``kv_heads`` K/V heads, f = ``mlp_width``, s = ``block_size`` tokens per sequence,
+V = ``vocab_size`` (untied head); with ``n_expert`` E > 0 each block's MLP is E experts of which each
+token uses ``top_k`` k (chapter 15); global batch B sequences in microbatches of b; n = dp · tp · pp ·
+cp GPUs, ranks ordered tp, cp, dp, pp from the inside out (Megatron-LM's order, and ``Layout``'s);
+t = tp, c = cp, p = pp, m = B/(dp·b) microbatches per step.
 
-- **model state** per GPU: the weights of the largest pipeline stage (L/pp blocks of 12h² + 13h,
-  or 4h² + 8h + E·h plus E/ep experts of 8h² + 5h; the V·h embedding and s·h positions on the first
-  stage, the V·h head on the last; :func:`params_per_gpu`), split by tp; 16 bytes per parameter with
-  Adam in mixed precision (2 + 2 bf16 weights and gradients, 12 fp32 master weights and moments),
-  the ZeRO stage's share of it split over the ranks holding the same weights: dp · cp for the dense
-  part (context-parallel ranks hold the same weights), dp · cp / ep for the experts
-  (``costmodel.ZERO_STAGES``);
-- **activations** per GPU, Korthikanti et al. 2022 (Table 2) with sequence parallelism:
-  s·b·h·(15 + 19·k)/tp + 5·a·s²·b/tp bytes per layer and microbatch of b sequences (attention and
-  LayerNorms 15·sbh, the MLP 19·sbh once per expert a token visits: k = 1 for a dense MLP, giving
-  Korthikanti's 34), all ÷ cp (each context-parallel rank holds s/cp tokens); a fused (flash)
-  attention keeps no s×s scores, removing the last term; full recomputation keeps 2·s·b·h/(tp·cp)
-  (the layer's input) and one layer's activations while it is recomputed. Under 1F1B the first
-  stage holds pp microbatches of its L/pp layers: L layers' worth. Plus the fp32 logits of one
-  microbatch, 4·s·b·V/(tp·cp);
-- **time**: the FLOPs (6N + 12·L·s·h per token, N the parameters a token uses,
-  ``accounting.train_flops_per_token``; one more forward with full recomputation) at
-  ``efficiency`` × peak; the 1F1B bubble (pp − 1)/m of it, m = B/(dp·b); per layer and microbatch,
-  tensor parallelism's all-reduce-equivalents of s·b·h·2/cp bytes (2 forward, 2 backward, 2 more
-  when recomputing), context parallelism's ring passing of K and V (an all-gather of 2·s·b·h·2/tp
-  bytes forward, the same again and a reduce-scatter of their gradients backward), expert
-  parallelism's all-to-alls of each rank's k·s·b·h·2/(tp·cp) routed bytes (dispatch and combine,
-  forward and backward); data parallelism's gradient all-reduce (ZeRO-3: a reduce-scatter of the
-  gradients and two all-gathers of the weights per microbatch, 0.5 + m all-reduces' worth), not
-  overlapped; one activation send per microbatch and stage boundary each way. Each group runs on
-  NVLink when its ranks fit in a node, else on InfiniBand. The ring α-β model times each
-  collective (``costmodel.collective_time``: an all-reduce of x bytes sends 2(n − 1)/n · x in
-  2(n − 1) messages, an all-gather, reduce-scatter or all-to-all half that). Capacity factors, load
-  imbalance between experts and overlap of communication with compute are left out.
+**Memory** — every pipeline stage is counted (:func:`stage_memory`) and the largest is reported
+(:func:`memory`); the planner predicts *live* bytes:
+
+- *model state*: the stage's parameters (:func:`stage_params`: L/p blocks, ``GPTConfig.block_params``;
+  of the experts E/ep; the embeddings on the first stage, the head and final norm on the last), ÷ t;
+  16 bytes per parameter with Adam in mixed precision (2 + 2 bf16 weights and gradients, 12 fp32
+  master weights and moments), the ZeRO stage's share split over the ranks holding the same weights:
+  dp·cp for the dense part (context-parallel ranks hold the same weights), dp·cp/ep for the experts
+  (``costmodel.ZERO_STAGES``). *Pipeline × ZeRO-3/FSDP* (p > 1): the stage is one FSDP unit, gathered
+  for the whole schedule, and its gradients accumulate unsharded until the last microbatch
+  (``torch.distributed.pipelining``'s stage sets ``reshard_after_backward(False)`` and
+  ``requires_gradient_sync(False)``; chapter 16 shows why one unit per stage): the stage's bf16
+  weights and gradients are charged whole, only the optimizer state is sharded.
+- *activations* per layer and microbatch (:func:`layer_activations`), 16-bit: with a fused (flash)
+  attention kernel and no dropout, 2·s·b·(outside/(t if SP else 1) + inside/t)/c bytes, the values
+  per token of ``accounting.block_saved_values`` (outside: the norms' inputs and outputs, copies on
+  every TP rank unless sequence parallelism splits them; inside: q, k, v, the attention output and
+  the MLP's intermediates, split by t; a MoE block's MLP values once per expert a token visits).
+  ``dropout`` adds Megatron's two 1-byte masks (2·s·b·h, outside the TP regions); without ``flash``
+  the s×s scores add 2·a·s²·b/t (the softmax output), 5·a·s²·b/t with dropout (its mask and output).
+  For GPT-2's block with dropout and no flash this is Korthikanti et al. 2022 (arXiv:2205.05198),
+  Table 2: s·b·h·34/t + 5·a·s²·b/t with sequence parallelism, s·b·h·(10 + 24/t) + 5·a·s²·b/t with
+  tensor parallelism alone; all ÷ c (each context-parallel rank holds s/c tokens).
+  ``recompute="selective"`` (Korthikanti §4.2: the attention core — QKᵀ, softmax, dropout, ·V — is
+  recomputed in backward) removes the a·s² term; with ``flash`` it changes nothing: the fused kernel
+  keeps no scores and already recomputes them in its backward. ``recompute="full"`` keeps each
+  layer's input, 2·s·b·h/((t if SP else 1)·c), and one layer's activations while it is recomputed.
+  Under 1F1B stage i holds p − i microbatches of its L/p layers at its peak: the first stage L
+  layers' worth, the last L/p.
+- *the loss* (last stage, :func:`logits_bytes`): the fp32 logits the cross-entropy keeps,
+  4·s·b·V/(t·c) ("logits"), and their fp32 gradient, as much again ("logits gradient"), alive at the
+  loss's backward, when the last stage peaks.
+- *reserved vs live*: published runs report the allocator's reserved peak
+  (``torch.cuda.max_memory_reserved``), which exceeds the live bytes by the caching allocator's
+  fragmentation and rounding; ``allocator_overhead`` (reserved ÷ live, default 1.0 = live bytes)
+  adds that as its own part ("allocator"). NCCL's buffers and the CUDA context are not counted.
+
+**Time** of one step (:func:`step_time`), per part:
+
+- *compute*: a constant ``efficiency``: the FLOPs (``GPTConfig.flops_per_token``: 6N + 12·L·s·a·d
+  per token, PaLM's convention; one more forward of everything with full recomputation, ×4/3; with
+  selective recomputation and no flash the attention core's forward again, 4·L·s·a·d per token) at
+  ``efficiency`` × peak, ÷ n. A :class:`~course_utils.gemm_efficiency.GemmEfficiency`: each of the
+  layer's GEMMs under the layout (:func:`layer_gemms`: b·s/c tokens × h × a·d/t for q, etc.; the
+  backward's two GEMMs per weight in their own shapes) at its own η(m, n, k) × peak (L/p layers, m
+  microbatches; the head's time shared over the stages, as the FLOP count shares it). A
+  GemmEfficiency of constant η gives the constant's time exactly (when
+  t ≤ g; with t > g each rank computes a copy of one K/V head's projections).
+- *bubble*: (p − 1)/m of the compute (1F1B).
+- *tensor parallel*: per layer and microbatch, 2 all-reduces forward and 2 backward of s·b·h·2/c
+  bytes (2 more when recomputing fully) — Megatron's TP without sequence parallelism; with it the
+  same bytes move as all-gather/reduce-scatter pairs (an all-reduce *is* a reduce-scatter and an
+  all-gather), so the time is the same either way. Never overlapped (each collective sits between
+  two matmuls that need its result).
+- *context parallel*: the ring passes the K and V of this rank's g/t K/V heads (one head when t > g):
+  kv = 2·s·b·(g/t)·d·2 bytes per sequence, each rank sending (c − 1)/c of it per all-gather
+  equivalent; 3 per layer and microbatch (forward K, V; backward K, V again and the reduce-scatter
+  of dK, dV), 4 with full recomputation (:data:`CP_ALL_GATHERS`).
+- *expert parallel*: the all-to-alls of each rank's k·s·b·h·2/(t·c) routed bytes (dispatch and
+  combine, forward and backward; 6 with full recomputation). Never overlapped.
+- *data parallel*: the stage's gradient all-reduce (ZeRO 0–2); ZeRO-3: a reduce-scatter of the
+  gradients and, per microbatch, a forward and a backward all-gather of the weights (0.5 + m
+  all-reduces' worth); ZeRO-3 under a pipeline: one all-gather per step (the stage stays gathered).
+- *pipeline*: one send of s·b·h·2/(t·c) bytes per microbatch and stage boundary each way.
+
+Each group runs on NVLink when its ranks fit in a node, else on InfiniBand; the ring α-β model times
+each collective (``costmodel.collective_time``: an all-reduce of x bytes sends 2(n − 1)/n · x in
+2(n − 1) messages, an all-gather, reduce-scatter or all-to-all half that).
+
+**Overlap** (``Recipe.overlap``; without it every transfer is exposed, as above). Per dimension,
+what hides behind what, and the condition (:func:`layer_seconds` gives a layer's forward and
+backward seconds, F and 2F with a constant efficiency; ℓ = L/p layers on the stage):
+
+- *DP gradient all-reduce / reduce-scatter*: sent in ℓ per-layer buckets during the last
+  microbatch's backward, each after its layer's backward: exposed = max(X/ℓ, X − (ℓ − 1)·B) for X
+  seconds of traffic and B seconds of a layer's backward — the last bucket always, each other one by
+  what exceeds its layer's backward.
+- *ZeRO-3 all-gathers*: each layer's gather (G = the gather's time / ℓ) is prefetched behind the
+  previous layer's compute: per forward or backward pass, G (the first layer's) + (ℓ − 1)·max(0,
+  G − the layer's compute of that pass); per microbatch (pp = 1) or once per step (pp > 1).
+- *CP ring*: each of the c − 1 ring steps' transfer (α + its chunk's bytes ÷ bandwidth) runs beside
+  the attention core of the step before (the forward core ÷ c; backward: twice the bytes beside
+  twice the compute): exposed = (all-gather-equivalents)·(c − 1)·max(0, step transfer − step compute).
+- *PP sends*: each hides behind the next microbatch's compute of the stage, except the first forward
+  and the last backward send (the fill and drain): 2·τ + (m − 1)·(max(0, τ − ℓ·F) + max(0, τ − ℓ·B)),
+  τ one send's time.
+- *TP and EP*: not overlapped (stated above). Concurrent transfers of different dimensions are not
+  made to share a link: the overlap rules are each optimistic in that way.
 
 MFU = model FLOPs (without recomputation) per second ÷ (n × peak). ``efficiency`` is the fraction of
-peak a GPU reaches on this model's matrix multiplies: an input, not a prediction.
+peak a GPU reaches on this model's matrix multiplies: an input (a constant, or a fitted
+``gemm_efficiency`` curve measured by ``benchmarks/gemm_efficiency.py``), not a prediction. Left out:
+capacity factors and load imbalance between experts, interleaved and zero-bubble schedules, HSDP,
+activation offloading, NCCL's buffers.
 """
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from . import costmodel
+from . import accounting, costmodel
+from .gemm_efficiency import GemmEfficiency
 from .layout import Layout
 from .shape import GPTConfig
 
 BYTES_PER_PARAM = costmodel.BYTES_PER_PARAM[("amp", "adam")]   # (weights, gradients, optimizer state)
+RECOMPUTE = ("none", "selective", "full")
+CP_ALL_GATHERS = {"none": 3, "full": 4}
+"""All-gather-equivalents of K and V per layer and microbatch under context parallelism: forward 1,
+backward 2 (K and V passed around the ring again, and the reduce-scatter of dK and dV); 4 with full
+recomputation (the forward again). ``recompute="selective"`` counts as "none": the backward's ring
+already brings K and V back."""
+LOSS_BYTES_PER_LOGIT = 4
+"""fp32: the cross-entropy keeps its logits (log-probabilities) in fp32 for backward."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +183,9 @@ class Recipe:
 
 @dataclass
 class Prediction:
-    """What :func:`predict` says of one layout and recipe: bytes per GPU by part, seconds per step
-    by part, MFU, and why it is impossible (``reason``; None when it is possible)."""
+    """What :func:`predict` says of one layout and recipe: bytes per GPU by part (the busiest pipeline
+    stage; live bytes unless ``allocator_overhead`` > 1), seconds per step by part (what is exposed),
+    MFU, and why it is impossible (``reason``; None when it is possible)."""
 
     layout: Layout
     recipe: Recipe
@@ -139,6 +212,9 @@ def _check(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, 
         return f"replicate={layout.replicate}: the planner does not model HSDP; give the dp ranks and a ZeRO stage"
     if model.n_head % layout.tp:
         return f"{model.n_head} heads do not split over tp={layout.tp}"
+    if model.kv_heads % layout.tp and layout.tp % model.kv_heads:
+        return (f"{model.kv_heads} K/V heads over tp={layout.tp}: tp must divide them, or they must divide tp "
+                f"(each rank then keeps a copy of one K/V head)")
     if layout.tp > cluster.gpus_per_node:
         return f"tp={layout.tp} spans nodes: its all-reduces would cross InfiniBand every layer"
     if model.block_size % (2 * layout.cp) and layout.cp > 1:
@@ -155,86 +231,275 @@ def _check(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, 
         return f"a batch of {global_batch} does not split into dp={layout.dp} × microbatches of {b}"
     if layout.pp > 1 and global_batch // (layout.dp * b) < layout.pp:
         return f"{global_batch // (layout.dp * b)} microbatches cannot fill pp={layout.pp} stages"
-    if recipe.recompute not in ("none", "full") or recipe.zero not in costmodel.ZERO_STAGES:
-        return f"recompute must be 'none' or 'full' and zero one of 0-3, got {recipe.recompute!r}, {recipe.zero!r}"
+    if recipe.recompute not in RECOMPUTE or recipe.zero not in costmodel.ZERO_STAGES:
+        return (f"recompute must be one of {RECOMPUTE} and zero one of 0-3, got {recipe.recompute!r}, "
+                f"{recipe.zero!r}")
     return None
 
 
-def stage_params(model: GPTConfig, layout: Layout) -> tuple[float, float]:
-    """(dense, experts) parameters one GPU of the busiest (first) pipeline stage holds, before ZeRO:
-    its L/pp blocks (of the experts, E/ep), the V·h token and s·h position embeddings, and the V·h
-    head too when pp = 1; all split by tp (the embedding and head by vocabulary, as Megatron-LM
-    does)."""
+# -- memory ---------------------------------------------------------------------------------------
+
+def _stage_params(model: GPTConfig, layout: Layout, stage: int) -> tuple[float, float]:
+    """(dense, experts) parameters one GPU of pipeline stage ``stage`` holds, before ZeRO."""
     dense_block, experts_block = model.block_params()
-    ends = 2 if layout.pp == 1 else 1                 # embedding and head on one GPU, or one on each end
     blocks = model.n_layer // layout.pp
-    dense = blocks * dense_block + ends * model.vocab_size * model.d_model + model.block_size * model.d_model
+    dense = blocks * dense_block
+    if stage == 0:
+        dense += model.embedding_params()                        # V·h tokens (+ s·h learned positions)
+    if stage == layout.pp - 1:
+        dense += model.vocab_size * model.d_model + model.norm_params()    # head, final norm
     return dense / layout.tp, blocks * experts_block / layout.ep / layout.tp
 
 
+def stage_params(model: GPTConfig, layout: Layout, stage: int | None = None) -> tuple[float, float]:
+    """(dense, experts) parameters one GPU of pipeline stage ``stage`` holds, before ZeRO: its L/pp
+    blocks (of the experts, E/ep), the embeddings (``GPTConfig.embedding_params``: V·h tokens, and
+    s·h positions when learned) on the first stage, the V·h head and the final norm on the last (both
+    on one GPU when pp = 1); all split by tp (the embedding and head by vocabulary, as Megatron-LM
+    does). ``stage=None``: the stage holding the most parameters (the first one with learned
+    positions, the last one with RoPE)."""
+    if stage is None:
+        return max((_stage_params(model, layout, i) for i in range(layout.pp)), key=sum)
+    if not 0 <= stage < layout.pp:
+        raise ValueError(f"stage must be in 0..{layout.pp - 1} (pp={layout.pp}), got {stage}")
+    return _stage_params(model, layout, stage)
+
+
 def params_per_gpu(model: GPTConfig, layout: Layout) -> float:
-    """Parameters one GPU of the busiest pipeline stage holds before ZeRO (:func:`stage_params`)."""
+    """Parameters one GPU of the pipeline stage holding the most holds, before ZeRO (:func:`stage_params`)."""
     return sum(stage_params(model, layout))
 
 
-def memory(model: GPTConfig, layout: Layout, recipe: Recipe) -> dict[str, float]:
-    """Bytes on the busiest GPU (the first pipeline stage): model state and activations."""
-    L, h, a, s, V = model.n_layer, model.d_model, model.n_head, model.block_size, model.vocab_size
-    b = recipe.microbatch
-    split = layout.tp * layout.cp                     # activations: heads (or sequence, SP) × context
-    dense, experts = stage_params(model, layout)
-    replicas = layout.dp * layout.cp                  # ranks holding the same dense weights
+def layer_activations(model: GPTConfig, layout: Layout, recipe: Recipe) -> float:
+    """Bytes one layer keeps for backward, per microbatch of ``recipe.microbatch`` sequences, on one GPU,
+    without full recomputation (the module docstring's activation rule): 16-bit values of
+    ``accounting.block_saved_values`` (outside ÷ tp only with sequence parallelism, inside ÷ tp; a
+    MoE block's MLP values once per expert a token visits), Megatron's two 1-byte dropout masks
+    (with ``dropout``; outside the TP regions), the s×s scores (without ``flash``, unless the attention
+    core is recomputed: ``recompute="selective"``), all ÷ cp."""
+    s, b, h, a = model.block_size, recipe.microbatch, model.d_model, model.n_head
+    t, c = layout.tp, layout.cp
+    sp = t if recipe.sequence_parallel else 1
+    outside, inside = accounting.block_saved_values(replace(model, n_expert=0))
+    if model.n_expert:       # q, k, v and the attention output stay; the MLP's values once per expert visited
+        attention = 2 * a * model.head_dim + 2 * model.kv_heads * model.head_dim
+        inside = attention + model.routed * (inside - attention)
+    kept = 2 * s * b * (outside / sp + inside / t)
+    if recipe.dropout:       # 1-byte masks of the attention block's and the MLP's output dropouts
+        kept += 2 * s * b * h / sp
+    if not recipe.flash and recipe.recompute != "selective":
+        # softmax output (2 bytes), and with dropout its mask (1) and the dropped-out scores (2)
+        kept += (5 if recipe.dropout else 2) * a * s * s * b / t
+    return kept / c
+
+
+def logits_bytes(model: GPTConfig, layout: Layout, recipe: Recipe) -> dict[str, float]:
+    """The loss's bytes on the last stage for one microbatch, split by vocabulary over tp and by
+    sequence over cp: the fp32 logits (log-probabilities) the cross-entropy keeps for backward,
+    4·s·b·V/(tp·cp), and their fp32 gradient, as much again, alive at the loss's backward — the
+    moment the last stage's memory peaks (PyTorch's ``cross_entropy`` on logits cast to fp32;
+    Megatron-LM's fused vocabulary-parallel cross-entropy writes the gradient in place of what it
+    kept, which would halve this)."""
+    kept = LOSS_BYTES_PER_LOGIT * model.block_size * recipe.microbatch * model.vocab_size / (layout.tp * layout.cp)
+    return {"logits": kept, "logits gradient": kept}
+
+
+def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *,
+                 allocator_overhead: float = 1.0) -> dict[str, float]:
+    """Bytes on one GPU of pipeline stage ``stage`` by part: weights, gradients, optimizer state,
+    activations, the loss's logits and their gradient (last stage only), and the allocator's extra
+    (``allocator_overhead`` − 1 times the rest: 1.0 predicts live bytes; see the module docstring)."""
+    if allocator_overhead < 1:
+        raise ValueError(f"allocator_overhead is reserved ÷ live bytes, at least 1.0 (1.0: live bytes), "
+                         f"got {allocator_overhead!r}")
+    L, s, b, h = model.n_layer, model.block_size, recipe.microbatch, model.d_model
+    p, t, c = layout.pp, layout.tp, layout.cp
+    dense, experts = stage_params(model, layout, stage)
+    replicas = layout.dp * c                          # ranks holding the same dense weights
     sharded = costmodel.ZERO_STAGES[recipe.zero]
-    state = {name: (dense / (replicas if cut else 1) + experts / (replicas // layout.ep if cut else 1)) * nbytes
-             for name, nbytes, cut in zip(("weights", "gradients", "optimizer"), BYTES_PER_PARAM, sharded)}
-    whole_layer = s * b * h * (15 + 19 * model.routed) / split + (0 if recipe.flash else 5 * a * s * s * b / split)
+    unsharded_stage = recipe.zero == 3 and p > 1      # FSDP under a pipeline: gathered for the whole schedule
+    state = {}
+    for name, nbytes, cut in zip(("weights", "gradients", "optimizer"), BYTES_PER_PARAM, sharded):
+        cut = cut and not (unsharded_stage and name != "optimizer")
+        state[name] = (dense / (replicas if cut else 1) + experts / (replicas // layout.ep if cut else 1)) * nbytes
+    in_flight = p - stage                             # 1F1B: microbatches this stage holds at its peak
+    layers = in_flight * (L // p)
+    one_layer = layer_activations(model, layout, recipe)
     if recipe.recompute == "full":      # the layers' inputs, and one layer recomputed at a time
-        kept = L * 2 * s * b * h / split + whole_layer
+        kept = layers * 2 * s * b * h / ((t if recipe.sequence_parallel else 1) * c) + one_layer
     else:
-        kept = L * whole_layer
-    return {**state, "activations": kept, "logits": 4 * s * b * V / split}
+        kept = layers * one_layer
+    loss = logits_bytes(model, layout, recipe) if stage == p - 1 else {"logits": 0.0, "logits gradient": 0.0}
+    live = {**state, "activations": kept, **loss}
+    return {**live, "allocator": (allocator_overhead - 1) * sum(live.values())}
+
+
+def memory(model: GPTConfig, layout: Layout, recipe: Recipe, *, allocator_overhead: float = 1.0) -> dict[str, float]:
+    """Bytes on the busiest GPU by part: :func:`stage_memory` of every pipeline stage, the largest."""
+    stages = [stage_memory(model, layout, recipe, i, allocator_overhead=allocator_overhead) for i in range(layout.pp)]
+    return max(stages, key=lambda parts: sum(parts.values()))
+
+
+# -- time -----------------------------------------------------------------------------------------
+
+def layer_gemms(model: GPTConfig, layout: Layout, recipe: Recipe) -> list[tuple[str, int, int, int, float]]:
+    """The forward GEMMs of one layer for one microbatch on one GPU: (name, m, n, k, count), an (m × k)
+    input times a (k × n) weight, ``count`` times. T = b·s/cp tokens; the weights split by tp:
+    q (T, a·d/tp, h), k and v (T, g·d/tp, h; one K/V head per rank when tp > g), the output
+    projection (T, h, a·d/tp); the MLP's fc and proj (GELU) or gate, up and down (SwiGLU), f/tp wide;
+    with experts, the router (T, E, h; 1/tp of it per rank, as the FLOP count splits it) and each of
+    this rank's E/ep experts' matrices on the T·k·ep/E tokens routed to it; the attention core per head
+    and ring step: scores (s/cp, s/cp, d) and their weighted sum of v (s/cp, d, s/cp),
+    b·(a/tp)·cp times."""
+    t, c, e = layout.tp, layout.cp, layout.ep
+    s, b, h, d, a = model.block_size, recipe.microbatch, model.d_model, model.head_dim, model.n_head
+    tokens = b * s // c
+    kv = max(model.kv_heads // t, 1) * d
+    gemms = [("q", tokens, a * d // t, h, 1.0), ("k", tokens, kv, h, 1.0), ("v", tokens, kv, h, 1.0),
+             ("proj", tokens, h, a * d // t, 1.0),
+             ("scores", s // c, s // c, d, b * a / t * c), ("weighted v", s // c, d, s // c, b * a / t * c)]
+    f = model.mlp_width // t
+    mlp = [("fc", h, f), ("proj", f, h)] if model.mlp == "gelu" else [("gate", h, f), ("up", h, f), ("down", f, h)]
+    if model.n_expert:
+        routed = max(tokens * model.top_k * e // model.n_expert, 1)
+        gemms.append(("router", tokens, model.n_expert, h, 1 / t))
+        gemms += [(f"expert {name}", routed, n, k, model.n_expert / e) for name, k, n in mlp]
+    else:
+        gemms += [(f"mlp {name}", tokens, n, k, 1.0) for name, k, n in mlp]
+    return gemms
+
+
+def _gemm_seconds(m: float, n: float, k: float, cluster: Cluster, efficiency: float | GemmEfficiency) -> float:
+    """One (m × k)·(k × n) GEMM at ``efficiency`` (a constant, or η(m, n, k)) × the cluster's peak."""
+    eta = efficiency(m, n, k) if isinstance(efficiency, GemmEfficiency) else efficiency
+    return 2 * m * n * k / (eta * cluster.peak_tflops * 1e12)
+
+
+def _pass_seconds(gemms, cluster: Cluster, efficiency) -> tuple[float, float]:
+    """(forward, backward) seconds of these GEMMs; backward: the input's gradient (m, k, n) and the
+    weight's (k, n, m), the same FLOPs twice, in their own shapes."""
+    forward = sum(cnt * _gemm_seconds(m, n, k, cluster, efficiency) for _, m, n, k, cnt in gemms)
+    backward = sum(cnt * (_gemm_seconds(m, k, n, cluster, efficiency) + _gemm_seconds(k, n, m, cluster, efficiency))
+                   for _, m, n, k, cnt in gemms)
+    return forward, backward
+
+
+def layer_seconds(model: GPTConfig, layout: Layout, recipe: Recipe, cluster: Cluster,
+                  efficiency: float | GemmEfficiency) -> dict[str, float]:
+    """Seconds of one layer for one microbatch on one GPU: "forward", "backward" (twice the forward's
+    FLOPs) and "attention step" (the attention core's forward for one ring step). A constant
+    ``efficiency``: the layer's FLOPs (``GPTConfig.flops_per_token``'s share of one block) at that
+    fraction of peak; a :class:`GemmEfficiency`: each of :func:`layer_gemms` at its own η(m, n, k)."""
+    gemms = layer_gemms(model, layout, recipe)
+    core = [g for g in gemms if g[0] in ("scores", "weighted v")]
+    if isinstance(efficiency, GemmEfficiency):
+        forward, backward = _pass_seconds(gemms, cluster, efficiency)
+        attention = _pass_seconds(core, cluster, efficiency)[0]
+    else:
+        flops = sum(2 * m * n * k * cnt for _, m, n, k, cnt in gemms)
+        forward = flops / (efficiency * cluster.peak_tflops * 1e12)
+        backward = 2 * forward
+        attention = sum(2 * m * n * k * cnt for _, m, n, k, cnt in core) / (efficiency * cluster.peak_tflops * 1e12)
+    return {"forward": forward, "backward": backward, "attention step": attention / layout.cp}
+
+
+def _compute(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, cluster: Cluster,
+             efficiency: float | GemmEfficiency) -> float:
+    """Seconds of compute per GPU per step (the time rule of the module docstring)."""
+    s, b = model.block_size, recipe.microbatch
+    n = cluster.gpus
+    m = global_batch // (layout.dp * b)
+    attention_forward = 4 * model.n_layer * s * model.n_head * model.head_dim      # per token: 1/3 of 12·L·s·a·d
+    extra = attention_forward if (recipe.recompute == "selective" and not recipe.flash) else 0
+    if not isinstance(efficiency, GemmEfficiency):
+        passes = 4 / 3 if recipe.recompute == "full" else 1.0            # one more forward
+        return ((model.flops_per_token * passes + extra) * global_batch * s / n
+                / (efficiency * cluster.peak_tflops * 1e12))
+    layer = layer_seconds(model, layout, recipe, cluster, efficiency)
+    tokens = b * s // layout.cp
+    head = [("head", tokens, model.vocab_size // layout.tp, model.d_model, 1.0)]
+    head_fwd, head_bwd = _pass_seconds(head, cluster, efficiency)
+    blocks = model.n_layer // layout.pp
+    per_microbatch = blocks * (layer["forward"] + layer["backward"]) + (head_fwd + head_bwd) / layout.pp
+    if recipe.recompute == "full":
+        per_microbatch += blocks * layer["forward"] + head_fwd / layout.pp
+    elif extra:
+        per_microbatch += blocks * layer["attention step"] * layout.cp
+    return m * per_microbatch
+
+
+def _hidden(total: float, pieces: int, compute_each: float) -> float:
+    """Exposed seconds of ``total`` transfer time sent in ``pieces`` equal pieces, each after one of
+    ``pieces`` equal blocks of compute: the last piece is exposed, every other one by what it exceeds
+    its block: max(total/pieces, total − (pieces − 1)·compute_each)."""
+    return max(total / pieces, total - (pieces - 1) * compute_each)
 
 
 def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, cluster: Cluster,
-              efficiency: float) -> dict[str, float]:
-    """Seconds of one step by part: compute, bubble, and the traffic of each kind of parallelism."""
+              efficiency: float | GemmEfficiency) -> dict[str, float]:
+    """Seconds of one step by part: compute, bubble, and the exposed traffic of each kind of
+    parallelism (all of it without ``recipe.overlap``; what the overlap rules leave with it)."""
     L, h, s, b, k = model.n_layer, model.d_model, model.block_size, recipe.microbatch, model.routed
     t, p, d, c, e = layout.tp, layout.pp, layout.dp, layout.cp, layout.ep
-    n, m = cluster.gpus, global_batch // (d * b)
-    passes = 4 / 3 if recipe.recompute == "full" else 1.0            # one more forward of the blocks
-    compute = model.flops_per_token * global_batch * s * passes / n / (efficiency * cluster.peak_tflops * 1e12)
+    m = global_batch // (d * b)
+    compute = _compute(model, layout, recipe, global_batch, cluster, efficiency)
     link = lambda inside: (cluster.nvlink_gbps if inside else cluster.ib_gbps) * 1e9  # noqa: E731
     ring = lambda nbytes, ranks, inside: costmodel.collective_time(  # noqa: E731  # an all-reduce of nbytes
         "all_reduce", 2 * (ranks - 1) / ranks * nbytes, ranks, cluster.alpha_s, 1 / link(inside))
     node = cluster.gpus_per_node
-    layer_passes = L // p * m                                          # (layer, microbatch) pairs per step
+    blocks = L // p
+    layer_passes = blocks * m                                          # (layer, microbatch) pairs per step
     redo = recipe.recompute == "full"
+    # TP: 2 all-reduces forward and 2 backward per layer (with SP: all-gather + reduce-scatter pairs, same bytes)
     tp = layer_passes * (6 if redo else 4) * ring(s * b * h * 2 / c, t, True)
-    kv = 2 * s * b * h * 2 / t                                         # K and V of a whole sequence, bf16
-    cp = layer_passes * (3 if redo else 2) * costmodel.collective_time(
-        "all_gather", kv * (c - 1) / c, c, cluster.alpha_s, 1 / link(t * c <= node))
+    # CP: the ring passes K and V of this rank's K/V heads; forward 1, backward 2 (K, V again; dK, dV)
+    kv = 2 * s * b * max(model.kv_heads // t, 1) * model.head_dim * 2  # K and V of a whole sequence, bf16
+    cp_each = costmodel.collective_time("all_gather", kv * (c - 1) / c, c, cluster.alpha_s, 1 / link(t * c <= node))
+    cp_count = CP_ALL_GATHERS["full" if redo else "none"]
+    cp = layer_passes * cp_count * cp_each
     routed = k * s * b * h * 2 / (t * c)                               # bytes each rank sends to its experts
     ep = layer_passes * (6 if redo else 4) * costmodel.collective_time(
         "all_to_all", routed * (e - 1) / e, e, cluster.alpha_s, 1 / link(t * c * e <= node))
-    dense, experts = stage_params(model, layout)                       # (stage_params reads pp, tp, ep)
-    # ZeRO-3 all-gathers the weights for each microbatch's forward and backward (half an all-reduce
-    # each) and reduce-scatters the gradients once; the other stages all-reduce the gradients once
-    zero3 = 0.5 + m if recipe.zero == 3 else 1.0
+    dense, experts = stage_params(model, layout)                       # the stage holding the most
     inside = t * c * d <= node
-    dp = zero3 * (ring(2 * dense, d * c, inside) + ring(2 * experts, d * c // e, inside))
-    pp = 2 * m * (cluster.alpha_s + s * b * h * 2 / (t * c) / link(False)) if p > 1 else 0.0
+    one_reduce = ring(2 * dense, d * c, inside) + (ring(2 * experts, d * c // e, inside) if experts else 0.0)
+    if recipe.zero == 3:
+        # per microbatch a forward and a backward all-gather of the weights (half an all-reduce each),
+        # one reduce-scatter of the gradients; under a pipeline the stage stays gathered: one all-gather
+        gathers = 1 if p > 1 else 2 * m
+        dp_parts = {"reduce-scatter": 0.5 * one_reduce, "all-gathers": gathers * 0.5 * one_reduce}
+    else:
+        dp_parts = {"all-reduce": one_reduce}
+    hop = cluster.alpha_s + s * b * h * 2 / (t * c) / link(False)      # one microbatch's activations, one way
+    pp = 2 * m * hop if p > 1 else 0.0
+    if recipe.overlap:
+        layer = layer_seconds(model, layout, recipe, cluster, efficiency)
+        per_step = layer["attention step"]
+        cp = layer_passes * cp_count * (c - 1) * max(0.0, cp_each / (c - 1) - per_step) if c > 1 else 0.0
+        synced = dp_parts.pop("all-reduce", 0.0) + dp_parts.pop("reduce-scatter", 0.0)
+        exposed = _hidden(synced, blocks, layer["backward"]) if synced else 0.0
+        if "all-gathers" in dp_parts:
+            gather = 0.5 * one_reduce / blocks                         # one layer's weights
+            fwd = gather + (blocks - 1) * max(0.0, gather - layer["forward"])
+            bwd = gather + (blocks - 1) * max(0.0, gather - layer["backward"])
+            exposed += fwd if p > 1 else m * (fwd + bwd)
+        dp_parts = {"exposed": exposed}
+        if p > 1:
+            pp = 2 * hop + (m - 1) * (max(0.0, hop - blocks * layer["forward"])
+                                      + max(0.0, hop - blocks * layer["backward"]))
     return {"compute": compute, "bubble": compute * (p - 1) / m, "tensor parallel": tp,
-            "context parallel": cp, "expert parallel": ep, "data parallel": dp, "pipeline": pp}
+            "context parallel": cp, "expert parallel": ep, "data parallel": sum(dp_parts.values()), "pipeline": pp}
 
 
 def predict(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, cluster: Cluster,
-            efficiency: float = 0.5) -> Prediction:
+            efficiency: float | GemmEfficiency = 0.5, *, allocator_overhead: float = 1.0) -> Prediction:
     """Memory, time and MFU of ``recipe`` on ``layout``; ``reason`` says why it cannot run (or does
-    not fit)."""
+    not fit). ``efficiency``: a constant fraction of peak, or a :class:`GemmEfficiency` pricing each GEMM
+    by its sizes; ``allocator_overhead``: reserved ÷ live bytes (1.0: live bytes)."""
     result = Prediction(layout, recipe, reason=_check(model, layout, recipe, global_batch, cluster))
     if result.reason:
         return result
-    result.memory = memory(model, layout, recipe)
+    result.memory = memory(model, layout, recipe, allocator_overhead=allocator_overhead)
     if result.memory_gb > cluster.hbm_gb:
         result.reason = f"needs {result.memory_gb:.0f} GB per GPU, has {cluster.hbm_gb:.0f} GB"
     result.time = step_time(model, layout, recipe, global_batch, cluster, efficiency)
@@ -247,12 +512,13 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def plan(model: GPTConfig, global_batch: int, cluster: Cluster, efficiency: float = 0.5,
-         microbatches: tuple[int, ...] = (1, 2, 4, 8)) -> list[Prediction]:
+def plan(model: GPTConfig, global_batch: int, cluster: Cluster, efficiency: float | GemmEfficiency = 0.5,
+         microbatches: tuple[int, ...] = (1, 2, 4, 8), recomputes: tuple[str, ...] = ("none", "full"), *,
+         overlap: bool = False, sequence_parallel: bool = True, allocator_overhead: float = 1.0) -> list[Prediction]:
     """Every layout of ``cluster.gpus`` GPUs (tp, pp and cp dividing the GPU count, ep dividing
-    dp·cp when the model has experts) with every recipe (ZeRO 0–3, recomputation or not, each
-    ``microbatches`` size), fastest first; impossible ones last, each with its reason.
-    ``plan(...)[0]`` answers "which layout?" (if its ``reason`` is None)."""
+    dp·cp when the model has experts) with every recipe (ZeRO 0–3, each of ``recomputes``, each
+    ``microbatches`` size; ``overlap`` and ``sequence_parallel`` as given), fastest first; impossible
+    ones last, each with its reason. ``plan(...)[0]`` answers "which layout?" (if its ``reason`` is None)."""
     results = []
     for tp, pp, cp in itertools.product(divisors(cluster.gpus), repeat=3):
         if cluster.gpus % (tp * pp * cp):
@@ -260,9 +526,11 @@ def plan(model: GPTConfig, global_batch: int, cluster: Cluster, efficiency: floa
         dp = cluster.gpus // (tp * pp * cp)
         for ep in divisors(dp * cp) if model.n_expert else (1,):
             layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
-            for zero, recompute, b in itertools.product(range(4), ("none", "full"), microbatches):
-                recipe = Recipe(zero=zero, recompute=recompute, microbatch=b)
-                results.append(predict(model, layout, recipe, global_batch, cluster, efficiency))
+            for zero, recompute, b in itertools.product(range(4), recomputes, microbatches):
+                recipe = Recipe(zero=zero, recompute=recompute, microbatch=b, overlap=overlap,
+                                sequence_parallel=sequence_parallel)
+                results.append(predict(model, layout, recipe, global_batch, cluster, efficiency,
+                                       allocator_overhead=allocator_overhead))
     return sorted(results, key=lambda r: (r.reason is not None, -r.mfu))
 
 
@@ -271,7 +539,7 @@ def megatron_2021_predictions(efficiency: float) -> list[tuple[float, float]]:
     recomputation as the paper does, on its layout: ZeRO 0, full recomputation, microbatches of 1
     sequence, attention scores materialised (2021: no flash attention), plain 1F1B."""
     out = []
-    recipe = Recipe(zero=0, recompute="full", microbatch=1, flash=False)
+    recipe = Recipe(zero=0, recompute="full", microbatch=1, flash=False, sequence_parallel=False, dropout=True)
     for _, heads, hidden, layers, tp, pp, gpus, batch, tflops, _ in MEGATRON_2021:
         model = GPTConfig(vocab_size=51200, block_size=2048, n_layer=layers, n_head=heads, d_model=hidden)
         layout = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp)

@@ -24,6 +24,7 @@ ROW_KEYS = {
     "step_profile": {"op", "self_s", "calls", "share"},
     "gpt_mfu": {"variant", "seconds", "tokens", "tokens_per_s", "tflops", "peak_memory_bytes"},
     "notebooks": {"notebook", "profile", "seconds", "peak_bytes"},
+    "gemm_efficiency": {"kind", "dtype", "m", "n", "k", "seconds", "tflops"},
 }
 SUMMARY_KEYS = {
     "allreduce": {"busbw_over_copy", "gloo_busbw_Bps", "copy_Bps", "alpha_s", "beta_s_per_byte"},
@@ -33,6 +34,7 @@ SUMMARY_KEYS = {
     "step_profile": {"device", "step_s", "grad_bytes", "matmul_share", "top_ops"},
     "gpt_mfu": {"params", "flops_per_token", "best_tokens_per_s", "best_mfu", "planner_step_s", "failed"},
     "notebooks": {"notebooks", "failed", "cut_off", "not_run", "total_s", "max_peak_bytes", "over_1_5_GB"},
+    "gemm_efficiency": {"device", "peak_tflops", "peak_source", "fit", "repeats", "statistic"},
 }
 
 
@@ -129,6 +131,16 @@ def test_gpt_mfu_quotes_each_variant_and_the_planner():
     assert "eager: 40,960 tokens/s, 330.0 TFLOP/s, MFU 33%, 40.0 GB peak" in text
     assert "compiled: failed (OutOfMemoryError" in text
     assert "step 150.0 ms (measured best: 200.0 ms), 30.0 GB" in text
+
+
+def test_gemm_efficiency_quotes_the_rates_and_the_fit():
+    rows = [{"kind": "square", "dtype": "bf16", "m": n, "n": n, "k": n, "seconds": 1.0, "tflops": t}
+            for n, t in ((512, 300.0), (8192, 700.0))]
+    summary = {"peak_tflops": {"bf16": 989.4},
+               "fit": {"bf16": {"eta_max": 0.75, "bandwidth_gbps": 2500.0, "overhead_s": 5e-6}}}
+    assert described("gemm_efficiency", rows, summary) == (
+        "bf16 GEMMs: 300-700 TFLOP/s over 2 shapes; fit: eta_max 0.75 of 989 TFLOP/s, bw 2,500.0 GB/s, "
+        "5.0 µs per call")
 
 
 def test_quick_is_the_documented_flag():

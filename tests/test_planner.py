@@ -1,39 +1,95 @@
 """course_utils.planner: the memory and time formulas on hand-computed cases, impossible layouts
 rejected with their reason, and the predictions against Megatron-LM's published Table 1."""
+from dataclasses import replace
+
 import pytest
 
-from course_utils import accounting, planner
+from course_utils import accounting, costmodel, planner
+from course_utils.gemm_efficiency import GemmEfficiency
 from course_utils.layout import Layout
 from course_utils.planner import Recipe
 from course_utils.shape import GPTConfig
 
 SMALL = GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=4, d_model=64)
+LLAMA_SMALL = GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=8, d_model=64, n_kv_head=2, bias=False,
+                        mlp="swiglu", ffn_hidden=192, norm="rmsnorm", positions="rope")
 
 
 def test_memory_of_a_small_layout_by_hand():
     layout = Layout(dp=2, tp=2)
     got = planner.memory(SMALL, layout, Recipe(zero=1, microbatch=2))
     # parameters per GPU: (2 blocks of 12·64² + 13·64 = 49,984, embedding and head 2·256·64, positions
-    # 128·64) / tp 2
-    params = (2 * 49_984 + 2 * 256 * 64 + 128 * 64) / 2
-    assert params == 70_464 == planner.params_per_gpu(SMALL, layout)
+    # 128·64, final LayerNorm 2·64) / tp 2
+    params = (2 * 49_984 + 2 * 256 * 64 + 128 * 64 + 2 * 64) / 2
+    assert params == 70_528 == planner.params_per_gpu(SMALL, layout)
     assert got["weights"] == got["gradients"] == 2 * params          # bf16
     assert got["optimizer"] == 12 * params / 2                       # fp32 master + 2 moments, ZeRO-1 over dp 2
-    assert got["activations"] == 2 * 128 * 2 * 64 * 34 / 2           # L · s·b·h·34/t (flash: no s² term)
-    assert got["logits"] == 4 * 128 * 2 * 256 / 2
+    # a GPT-2 block keeps 16 values per token (flash, no dropout): 4h outside the TP regions (the two
+    # LayerNorms' inputs and outputs; ÷ t with SP), 12h inside (q, k, v, attention output, GELU in and out)
+    assert got["activations"] == 2 * 2 * 128 * 2 * (4 * 64 / 2 + 12 * 64 / 2)    # L · 2 bytes · s·b · values
+    assert got["logits"] == got["logits gradient"] == 4 * 128 * 2 * 256 / 2
+    assert got["allocator"] == 0                                     # live bytes by default
 
 
 def test_recomputation_and_materialised_scores_change_the_activations():
     plain = planner.memory(SMALL, Layout(), Recipe(flash=False))["activations"]
-    assert plain == 2 * (128 * 64 * 34 + 5 * 4 * 128 * 128)          # Korthikanti: s·b·h·(34 + 5as/h)
+    assert plain == 2 * (128 * 64 * 32 + 2 * 4 * 128 * 128)          # 32·sbh and the softmax output 2·as²b
+    dropout = planner.memory(SMALL, Layout(), Recipe(flash=False, dropout=True))["activations"]
+    assert dropout == 2 * (128 * 64 * 34 + 5 * 4 * 128 * 128)        # Korthikanti: s·b·h·(34 + 5as/h)
     full = planner.memory(SMALL, Layout(), Recipe(recompute="full"))["activations"]
-    assert full == 2 * 2 * 128 * 64 + 128 * 64 * 34                  # inputs kept, one layer recomputed
+    assert full == 2 * 2 * 128 * 64 + 128 * 64 * 32                  # inputs kept, one layer recomputed
 
 
+def test_tensor_parallelism_without_sequence_parallelism_keeps_copies_outside_its_regions():
+    """Korthikanti et al. 2022, Table 2 (GPT-2's block, dropout, scores materialised), per layer at t = 4:
+    with SP s·b·h·34/t + 5·a·s²·b/t, without it s·b·h·(10 + 24/t) + 5·a·s²·b/t. Fails on the old
+    planner, which always assumed SP (34/t)."""
+    model = GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=8, d_model=64)
+    s, b, h, a, t = 128, 1, 64, 8, 4
+    korthikanti = Recipe(flash=False, dropout=True)
+    with_sp = planner.layer_activations(model, Layout(tp=4), korthikanti)
+    without = planner.layer_activations(model, Layout(tp=4), replace(korthikanti, sequence_parallel=False))
+    assert with_sp == s * b * h * 34 / t + 5 * a * s * s * b / t
+    assert without == s * b * h * (10 + 24 / t) + 5 * a * s * s * b / t
+    # flash, no dropout: 2 bytes × (4h outside, whole on every rank, + 12h inside ÷ t)
+    flash = planner.layer_activations(model, Layout(tp=4), Recipe(sequence_parallel=False))
+    assert flash == 2 * s * b * (4 * h + 12 * h / t)
+    # full recomputation keeps each layer's input: 2·s·b·h, split by t only with SP
+    kept = {sp: planner.memory(model, Layout(tp=4), Recipe(recompute="full", sequence_parallel=sp))["activations"]
+            for sp in (True, False)}
+    assert kept[True] == 2 * 2 * s * b * h / t + 2 * s * b * 16 * h / t
+    assert kept[False] == 2 * 2 * s * b * h + flash
+
+
+def test_a_llama_block_keeps_its_own_values():
+    """GQA (2 K/V heads of 8 for 8 query heads), SwiGLU of width 192, RMSNorm, RoPE, at tp = 2, cp = 2:
+    outside 4h = 256 (two norms' inputs and outputs), inside q 64 + k 16 + v 16 + attention output 64
+    + gate, up, silu(gate), product 4 · 192 = 928 (accounting.block_saved_values' list). Fails on the old
+    planner (34·sbh/t for every shape)."""
+    s, b = 128, 2
+    got = planner.layer_activations(LLAMA_SMALL, Layout(tp=2, cp=2), Recipe(microbatch=b))
+    assert got == 2 * s * b * (256 / 2 + (64 + 16 + 16 + 64 + 4 * 192) / 2) / 2
+
+
+def test_selective_recomputation_drops_the_scores_and_nothing_with_flash():
+    """Korthikanti §4.2: recomputing the attention core leaves s·b·h·34/t (with dropout, SP). With flash
+    the kernel keeps no scores: selective changes neither memory nor time. Without flash it costs one
+    more forward of the attention core, 4·L·s·a·d FLOPs per token. (The old planner refused "selective".)"""
+    model, layout, t = GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=8, d_model=64), Layout(tp=4), 4
+    old_style = Recipe(flash=False, dropout=True, recompute="selective")
+    assert planner.layer_activations(model, layout, old_style) == 128 * 64 * 34 / t
+    cluster = planner.Cluster(gpus=4)
+    for flash in (True, False):
+        none, sel = (planner.predict(model, layout, Recipe(flash=flash, recompute=r), 8, cluster)
+                     for r in ("none", "selective"))
+        assert sel.reason is None
+        extra = 0 if flash else 4 * 2 * 128 * 8 * 8 * 8 * 128 / 4 / (0.5 * 989e12)   # 4·L·s·a·d · B·s / n
+        assert sel.time["compute"] == pytest.approx(none.time["compute"] + extra)
+        assert (sel.memory["activations"] == none.memory["activations"]) == flash
 def test_zero_stages_shard_more_and_more_state():
     by_stage = [sum(v for k, v in planner.memory(SMALL, Layout(dp=8), Recipe(zero=z)).items()
                     if k in ("weights", "gradients", "optimizer")) for z in range(4)]
-    params = 2 * 49_984 + 2 * 256 * 64 + 128 * 64
+    params = 2 * 49_984 + 2 * 256 * 64 + 128 * 64 + 2 * 64
     assert by_stage == [16 * params, (4 + 12 / 8) * params, (2 + 14 / 8) * params, 16 / 8 * params]
 
 
@@ -56,9 +112,9 @@ def test_experts_count_split_over_ep_and_route_top_k():
     assert moe.params == SMALL.params + 2 * (3 * expert + 4 * h)
     assert moe.flops_per_token == SMALL.flops_per_token + 6 * 2 * (8 * h * h + 4 * h)   # a 2nd expert, router
     dense, experts = planner.stage_params(moe, Layout(dp=2, ep=2))
-    assert experts == 2 * 4 * expert / 2 and dense == 2 * (attention + 4 * h) + 2 * 256 * h + 128 * h
+    assert experts == 2 * 4 * expert / 2 and dense == 2 * (attention + 4 * h) + 2 * 256 * h + 128 * h + 2 * h
     kept = planner.memory(moe, Layout(), Recipe())["activations"]
-    assert kept == 2 * 128 * h * (15 + 19 * 2)                            # the MLP's 19·sbh per expert visited
+    assert kept == 2 * 2 * 128 * (4 * h + 4 * h + 2 * 8 * h)             # the MLP's 2·4h values per expert visited
     split = planner.memory(moe, Layout(dp=4, ep=2), Recipe(zero=1))["optimizer"]
     assert split == 12 * (dense / 4 + experts / 2)                         # experts' replicas: dp / ep
 
@@ -161,3 +217,203 @@ def test_the_planner_and_the_shapes_import_no_torch():
     code = ("import sys; from course_utils import layout, planner, shape; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the traffic of context parallelism, tensor parallelism without SP -------------------------------
+
+def test_context_parallel_passes_the_kv_heads_three_times_per_layer():
+    """K and V of g·d (not h) per token: Llama-small's 2 K/V heads of 8 → kv = 2·s·b·16·2 bytes per
+    sequence, of which each of c = 2 ranks sends half per all-gather equivalent; 3 of them per layer and
+    microbatch (forward K, V; backward K, V again and the reduce-scatter of dK, dV), 4 with full
+    recomputation. The old planner charged 2 (3) all-gathers of 2·s·b·h·2 bytes."""
+    cluster = planner.Cluster(gpus=2)
+    one = cluster.alpha_s + 2 * 128 * 1 * 2 * 8 * 2 / 2 / (cluster.nvlink_gbps * 1e9)    # (c − 1) α + bytes·β
+    layer_passes = 2 * 4                                                  # L = 2 layers × m = 4 microbatches
+    for recompute, count in (("none", 3), ("full", 4)):
+        got = planner.step_time(LLAMA_SMALL, Layout(cp=2), Recipe(recompute=recompute), 4, cluster, 0.5)
+        assert got["context parallel"] == pytest.approx(layer_passes * count * one)
+    # multi-head attention (g = a): the same count, K and V of h per token
+    mha = planner.step_time(SMALL, Layout(cp=2), Recipe(), 4, cluster, 0.5)["context parallel"]
+    assert mha == pytest.approx(layer_passes * 3 * (cluster.alpha_s + 2 * 128 * 64 * 2 / 2 / (450e9)))
+
+
+def test_tensor_parallel_time_is_the_same_with_and_without_sequence_parallelism():
+    """Without SP, 2 all-reduces forward and 2 backward per layer; with SP, 4 all-gather/reduce-scatter
+    pairs of the same bytes and messages: the same seconds (a planted SP = all-gathers only would halve it)."""
+    cluster = planner.Cluster(gpus=2)
+    one = costmodel.collective_time("all_reduce", 2 * (2 - 1) / 2 * 128 * 64 * 2, 2, cluster.alpha_s, 1 / 450e9)
+    for sp in (True, False):
+        got = planner.step_time(SMALL, Layout(tp=2), Recipe(sequence_parallel=sp), 4, cluster, 0.5)
+        assert got["tensor parallel"] == pytest.approx(2 * 4 * 4 * one)
+
+
+# -- memory per pipeline stage, pipeline × ZeRO-3, reserved vs live ----------------------------------
+
+def test_every_stage_is_counted_and_the_logits_live_on_the_last():
+    """pp = 2, 1F1B: the first stage holds 2 microbatches of its layer and the embeddings; the last one
+    microbatch, the head, the final norm and the loss's fp32 logits and their gradient. With a large
+    vocabulary the last stage is the busiest. (The old planner put the logits on the first stage.)"""
+    model = GPTConfig(vocab_size=8192, block_size=128, n_layer=2, n_head=4, d_model=64)
+    layout, recipe = Layout(pp=2), Recipe(zero=0, microbatch=1)
+    first, last = (planner.stage_memory(model, layout, recipe, i) for i in (0, 1))
+    layer = 2 * 128 * 16 * 64                                              # 2 bytes · s · 16h
+    assert first["activations"] == 2 * layer and last["activations"] == layer
+    assert first["logits"] == first["logits gradient"] == 0
+    assert last["logits"] == last["logits gradient"] == 4 * 128 * 8192
+    assert planner.stage_params(model, layout, 0) == (49_984 + 8192 * 64 + 128 * 64, 0)
+    assert planner.stage_params(model, layout, 1) == (49_984 + 8192 * 64 + 2 * 64, 0)
+    busiest = planner.memory(model, layout, recipe)
+    assert busiest == last and sum(last.values()) > sum(first.values())
+
+
+def test_stages_add_up_to_the_model():
+    """Every parameter on exactly one stage: the stages' parameters × tp add up to GPTConfig.params."""
+    for model in (SMALL, LLAMA_SMALL, GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, d_model=64)):
+        for pp in (1, 2):
+            if model.n_layer % pp == 0:
+                layout = Layout(pp=pp, tp=2)
+                assert sum(sum(planner.stage_params(model, layout, i)) for i in range(pp)) * 2 == model.params
+
+
+def test_zero3_under_a_pipeline_keeps_the_stage_whole():
+    """FSDP under a pipeline: the stage is gathered for the whole schedule and its gradients accumulate
+    unsharded: bf16 weights and gradients whole, the optimizer state ÷ dp; one all-gather per step."""
+    model = GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, d_model=64)
+    layout = Layout(dp=2, pp=2)
+    stage = sum(planner.stage_params(model, layout, 0))
+    got = planner.stage_memory(model, layout, Recipe(zero=3), 0)
+    assert got["weights"] == got["gradients"] == 2 * stage and got["optimizer"] == 12 * stage / 2
+    flat = planner.stage_memory(model, Layout(dp=4), Recipe(zero=3), 0)      # pp = 1: sharded as before
+    assert flat["weights"] == 2 * sum(planner.stage_params(model, Layout(dp=4))) / 4
+    cluster = planner.Cluster(gpus=4)
+    times = {z: planner.step_time(model, layout, Recipe(zero=z), 16, cluster, 0.5)["data parallel"] for z in (1, 3)}
+    assert times[3] == pytest.approx(times[1])       # one reduce-scatter + one all-gather = one all-reduce
+
+
+def test_allocator_overhead_adds_the_reserved_bytes_as_a_part():
+    live = planner.memory(SMALL, Layout(dp=2), Recipe())
+    reserved = planner.memory(SMALL, Layout(dp=2), Recipe(), allocator_overhead=1.25)
+    assert reserved["allocator"] == pytest.approx(0.25 * sum(live.values()))
+    assert sum(reserved.values()) == pytest.approx(1.25 * sum(live.values()))
+    with pytest.raises(ValueError, match="reserved ÷ live"):
+        planner.memory(SMALL, Layout(), Recipe(), allocator_overhead=0.9)
+
+
+# -- overlap ---------------------------------------------------------------------------------------
+
+OVERLAP_MODEL = GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, d_model=64)
+
+
+def test_without_overlap_every_transfer_is_charged_as_before():
+    """overlap=False: dp, tp, pp exactly as the planner charged them before the overlap model (the
+    formulas written out here), on dp 2 × tp 2 × pp 2; with overlap no part grows, compute and tp stay."""
+    cluster = planner.Cluster(gpus=8)
+    recipe = Recipe(zero=1, microbatch=1)
+    got = planner.step_time(OVERLAP_MODEL, Layout(dp=2, tp=2, pp=2), recipe, 8, cluster, 0.5)
+    m, s, h, alpha = 4, 128, 64, cluster.alpha_s
+    ring = lambda nbytes, n, gbps: costmodel.collective_time(  # noqa: E731
+        "all_reduce", 2 * (n - 1) / n * nbytes, n, alpha, 1 / (gbps * 1e9))
+    dense = sum(planner.stage_params(OVERLAP_MODEL, Layout(dp=2, tp=2, pp=2)))
+    assert got["tensor parallel"] == pytest.approx(2 * m * 4 * ring(s * h * 2, 2, 450))
+    assert got["data parallel"] == pytest.approx(ring(2 * dense, 2, 450))
+    assert got["pipeline"] == pytest.approx(2 * m * (alpha + s * h * 2 / 2 / 50e9))
+    assert got["compute"] == pytest.approx(OVERLAP_MODEL.flops_per_token * 8 * s / 8 / (0.5 * 989e12))
+    hidden = planner.step_time(OVERLAP_MODEL, Layout(dp=2, tp=2, pp=2), replace(recipe, overlap=True), 8, cluster, 0.5)
+    assert all(hidden[k] <= got[k] for k in got)
+    assert all(hidden[k] == got[k] for k in ("compute", "bubble", "tensor parallel", "expert parallel"))
+
+
+def test_a_transfer_shorter_than_its_compute_hides():
+    """Fast links: the CP ring's step transfers are shorter than the attention step → 0 exposed; the
+    gradient all-reduce hides except its last bucket (one layer's share); the pipeline's sends except
+    the first forward and the last backward one."""
+    cluster = planner.Cluster(gpus=8, alpha_s=0.0, nvlink_gbps=1e6, ib_gbps=1e6)
+    layout, recipe = Layout(dp=2, cp=2, pp=2), Recipe(zero=1, overlap=True)
+    plain = planner.step_time(OVERLAP_MODEL, layout, replace(recipe, overlap=False), 8, cluster, 0.5)
+    got = planner.step_time(OVERLAP_MODEL, layout, recipe, 8, cluster, 0.5)
+    assert plain["context parallel"] > 0 and got["context parallel"] == 0
+    assert got["data parallel"] == pytest.approx(plain["data parallel"] / 2)     # 2 layers per stage: 1 bucket of 2
+    assert got["pipeline"] == pytest.approx(plain["pipeline"] / 4)               # m = 4: 2 of 8 sends
+
+
+def test_a_transfer_longer_than_its_compute_exposes_the_difference():
+    """Each ring step's transfer τ exceeds the step's attention compute a: exactly τ − a is exposed, for
+    each of (c − 1) steps × 3 all-gather equivalents × layers × microbatches. Slow links: the gradient
+    all-reduce X exposes X − (ℓ − 1)·B (ℓ = 2 layers per stage, B a layer's backward); the pipeline's
+    sends τ' each beyond the stage's compute of a microbatch, and the first and last whole."""
+    layout, recipe = Layout(dp=2, cp=2, pp=2), Recipe(zero=1, overlap=True)
+    ring_link = planner.Cluster(gpus=8, alpha_s=0.0, nvlink_gbps=2700)        # τ ≈ 3a: the difference shows
+    got = planner.step_time(OVERLAP_MODEL, layout, recipe, 8, ring_link, 0.5)
+    tau = 2 * 64 * 64 * 2 / 2.7e12              # one ring step: K and V of half a sequence, 2·64·64·2 bytes
+    # its attention compute: scores and weighted v of 64 queries × 64 keys × 16 dims, 4 heads, 2 FLOPs each
+    a = 2 * 2 * 64 * 64 * 16 * 4 / (0.5 * 989e12)
+    assert 2 * a < tau < 4 * a
+    assert got["context parallel"] == pytest.approx(2 * 4 * 3 * 1 * (tau - a))    # 2 layers × m = 4, 3, c − 1
+    layer = planner.layer_seconds(OVERLAP_MODEL, layout, recipe, ring_link, 0.5)
+    assert layer["attention step"] == pytest.approx(a)
+    slow = planner.Cluster(gpus=8, alpha_s=0.0, nvlink_gbps=1e-3, ib_gbps=1e-3)
+    plain = planner.step_time(OVERLAP_MODEL, layout, replace(recipe, overlap=False), 8, slow, 0.5)
+    got = planner.step_time(OVERLAP_MODEL, layout, recipe, 8, slow, 0.5)
+    assert got["data parallel"] == pytest.approx(plain["data parallel"] - 1 * layer["backward"])
+    send = 128 * 64 * 2 / 2 / 1e6              # one microbatch's activations, s/c tokens, at 1 MB/s
+    assert got["pipeline"] == pytest.approx(2 * send + 3 * (send - 2 * layer["forward"] + send - 2 * layer["backward"]))
+
+
+def test_zero3_gathers_are_prefetched_behind_the_previous_layer():
+    """ZeRO-3, pp = 1, overlap: per pass the first layer's gather G is exposed, and each other layer's by
+    max(0, G − its compute); slow links: G − F forward, G − B backward, per microbatch."""
+    cluster = planner.Cluster(gpus=2, alpha_s=0.0, nvlink_gbps=1e-3, ib_gbps=1e-3)
+    recipe = Recipe(zero=3, overlap=True)
+    plain = planner.step_time(OVERLAP_MODEL, Layout(dp=2), replace(recipe, overlap=False), 4, cluster, 0.5)
+    got = planner.step_time(OVERLAP_MODEL, Layout(dp=2), recipe, 4, cluster, 0.5)
+    layer = planner.layer_seconds(OVERLAP_MODEL, Layout(dp=2), recipe, cluster, 0.5)
+    m, ell = 2, 4
+    one_reduce = plain["data parallel"] / (0.5 + m)           # ZeRO-3 without overlap: 0.5 + m all-reduces
+    rs, g = 0.5 * one_reduce, 0.5 * one_reduce / ell
+    expected = (rs - (ell - 1) * layer["backward"]) + m * (g + (ell - 1) * (g - layer["forward"])
+                                                          + g + (ell - 1) * (g - layer["backward"]))
+    assert got["data parallel"] == pytest.approx(expected)
+
+
+# -- GEMM efficiency by size --------------------------------------------------------------------------
+
+def test_a_constant_gemm_efficiency_prices_like_the_constant():
+    constant = GemmEfficiency(peak_tflops=989.0, eta_max=0.5)
+    for model, layout in ((SMALL, Layout(tp=2, cp=2)), (LLAMA_SMALL, Layout(tp=2, pp=2)),
+                          (GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=4, d_model=64, n_expert=4),
+                           Layout(dp=2, ep=2))):
+        for recompute in ("none", "full"):
+            cluster, recipe = planner.Cluster(gpus=layout.world_size), Recipe(recompute=recompute)
+            by_float = planner.step_time(model, layout, recipe, 8, cluster, 0.5)["compute"]
+            by_gemm = planner.step_time(model, layout, recipe, 8, cluster, constant)["compute"]
+            assert by_gemm == pytest.approx(by_float)
+
+
+def test_the_gemms_of_a_layer_under_a_layout():
+    """Llama-small at tp 2, cp 2, b 2: T = 2·128/2 = 128 tokens; q 64/2 wide, k and v one K/V head of 8,
+    the SwiGLU's 192/2; the attention core per head (4) and sequence (2), per ring step (2)."""
+    got = {name: (m, n, k, count) for name, m, n, k, count in
+           planner.layer_gemms(LLAMA_SMALL, Layout(tp=2, cp=2), Recipe(microbatch=2))}
+    assert got == {"q": (128, 32, 64, 1), "k": (128, 8, 64, 1), "v": (128, 8, 64, 1), "proj": (128, 64, 32, 1),
+                   "scores": (64, 64, 8, 16), "weighted v": (64, 8, 64, 16),
+                   "mlp gate": (128, 96, 64, 1), "mlp up": (128, 96, 64, 1), "mlp down": (128, 64, 96, 1)}
+
+
+def test_the_planner_pays_a_fixed_cost_per_gemm_call():
+    """η from a model with a fixed cost t₀ per call and no other loss: the compute is the FLOPs at peak
+    plus t₀ × the calls, 3 per GEMM (forward, two backward): per layer q, k, v, proj, fc, proj and
+    2·a = 8 attention GEMMs = 14, × 2 layers, + the head, per sequence of a batch of 4."""
+    t0 = 1e-6
+    cluster = planner.Cluster(gpus=1)
+    gemm = GemmEfficiency(peak_tflops=989.0, eta_max=1.0, overhead_s=t0)
+    got = planner.step_time(SMALL, Layout(), Recipe(), 4, cluster, gemm)["compute"]
+    at_peak = planner.step_time(SMALL, Layout(), Recipe(), 4, cluster, 1.0)["compute"]
+    assert got == pytest.approx(at_peak + t0 * 4 * 3 * (2 * 14 + 1))
+
+
+def test_kv_heads_must_split_over_tp_or_be_copied():
+    """3 K/V heads over tp = 2 split neither way (each rank needs whole K/V heads); 2 over tp = 4 are copied."""
+    odd = GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=6, d_model=48, n_kv_head=3)
+    got = planner.predict(odd, Layout(tp=2), Recipe(), 4, planner.Cluster(gpus=2))
+    assert "3 K/V heads over tp=2" in got.reason
+    assert planner.predict(LLAMA_SMALL, Layout(tp=4), Recipe(), 4, planner.Cluster(gpus=4)).reason is None

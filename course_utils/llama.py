@@ -28,8 +28,10 @@ As in the GPT: separate q, k, v projections (tensor parallelism splits them by h
 it needs n_kv_head divisible by its ranks), heads reshaped with ``view(B, T, -1, hd)`` so a rank
 holding some heads works unchanged, an ``attend`` hook on attention (context parallelism swaps in
 ring attention; it receives K and V at the K/V head count), blocks in a ``ModuleList``, the
-embedding ``tok_emb``, final norm ``ln_f`` and ``head`` under nanoGPT's names (the course's
-pipeline stages find them), initial weights from ``seed`` alone (a private generator).
+embedding ``tok_emb``, the norms ``ln_1``, ``ln_2``, ``ln_f`` and the ``head`` under nanoGPT's
+names (the course's tensor-parallel plans and pipeline stages find them; the RMSNorm runs on
+DTensors under ``SequenceParallel``), initial weights from ``seed`` alone (a private generator).
+A block takes ``positions`` too (``block(x, positions)``; ``block(x)`` means 0..T-1).
 
 Shapes: ``idx`` (B, T) int64 token ids, T <= ``block_size``; logits (B, T, vocab_size) and, given
 ``targets`` (B, T), the mean cross-entropy.
@@ -101,7 +103,7 @@ class _RMSNormFunction(torch.autograd.Function):
         g = grad.to(rstd.dtype) * weight.to(rstd.dtype)
         # d/dx of x·r(x): r·(g − x̂·mean(g·x̂)), r = 1/rms
         grad_x = rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
-        grad_w = (grad.to(rstd.dtype) * x_hat.to(x.dtype).to(rstd.dtype)).reshape(-1, x.shape[-1]).sum(0)
+        grad_w = (grad.to(rstd.dtype) * x_hat.to(x.dtype).to(rstd.dtype)).sum(dim=tuple(range(x.dim() - 1)))
         return grad_x.to(x.dtype), grad_w.to(weight.dtype), None
 
 

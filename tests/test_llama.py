@@ -220,3 +220,25 @@ def test_chunked_cross_entropy_gives_the_models_loss_and_gradients(dtype, chunk)
         torch.testing.assert_close(grads[1][name], grads[0][name], **tol, msg=name)
     with pytest.raises(ValueError, match="flatten"):
         losses.chunked_cross_entropy(torch.zeros(2, 3, 4), torch.zeros(5, 4), torch.zeros(2, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_measured_choices_gqa_through_sdpa_and_an_rmsnorm_that_keeps_its_input(dtype):
+    """What the module docstring says each choice saves, measured on one block: K/V repeated before
+    attention keep 2·(a − g)·d more values per token; torch.nn.RMSNorm (a composite of ops on the
+    CPU) keeps per norm and token 4h more bytes in float32 (x̂) and 6h more in bf16 (float32
+    copies of x and x̂ instead of x). Fails if either alternative became what the model does."""
+    config = small(block_size=16)
+    b, s, h, a, g, d = 2, 16, config.d_model, config.n_head, config.kv_heads, config.head_dim
+    x = torch.randn(b, s, h, dtype=dtype, requires_grad=True)
+
+    def saved(block):
+        return accounting.saved_activation_bytes(lambda: block(x), block.parameters())
+
+    base = saved(Llama(config).blocks[0].to(dtype))
+    repeated = Llama(config).blocks[0].to(dtype)
+    repeated.attn.attend = lambda q, k, v: llama.causal_attention(q, *(llama.repeat_kv(t, a // g) for t in (k, v)))
+    assert saved(repeated) - base == 2 * (a - g) * d * s * b * x.element_size()
+    torch_norms = Llama(config).blocks[0].to(dtype)
+    torch_norms.ln_1, torch_norms.ln_2 = (torch.nn.RMSNorm(h, eps=1e-5).to(dtype) for _ in range(2))
+    assert saved(torch_norms) - base == 2 * s * b * h * (4 if dtype == torch.float32 else 6)

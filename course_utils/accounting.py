@@ -16,6 +16,8 @@ whole or chunked (:mod:`course_utils.losses`).
   and would count as zero FLOPs.
 - :func:`saved_activation_bytes` adds up the tensors autograd saves for backward during one
   forward (each storage once, parameters excluded): what activation memory really is.
+- :func:`peak_tensor_bytes` follows every new tensor an op makes until it is freed, forward and
+  backward: the most bytes alive at once (what a loss's backward briefly needs, for instance).
 """
 from __future__ import annotations
 
@@ -265,8 +267,10 @@ def cross_entropy_saved_bytes(tokens: int, d_model: int, vocab_size: int, elemen
     log_softmax and nll_loss, one storage), and nll_loss's float32 total weight (4 bytes); for
     :func:`course_utils.losses.chunked_cross_entropy` nothing more. The logits themselves are not
     kept (the head's output, cast to float32, is freed once the softmax is taken), but the whole
-    loss's backward makes their gradient, N·V·4 bytes again, where the chunked one makes a
-    chunk's."""
+    loss's backward makes their gradient: measured with :func:`peak_tensor_bytes`, forward and
+    backward of the whole loss hold at most 3·N·V·4 bytes (+ 8: two float32 scalars) of new
+    tensors at once — the log-probabilities, the gradient nll_loss hands back and log_softmax's —
+    where the chunked one holds a chunk's logits and the head's float32 weight gradient."""
     kept = tokens * d_model * element_bytes + 8 * tokens
     return kept if chunked else kept + 4 * tokens * vocab_size + 4
 
@@ -311,3 +315,45 @@ def saved_activation_bytes(fn: Callable[[], object], parameters=(), hooks: tuple
     with torch.autograd.graph.saved_tensors_hooks(pack, inner_unpack):
         fn()
     return sum(storages.values())
+
+
+def peak_tensor_bytes(fn: Callable[[], object]) -> int:
+    """The most bytes of tensors that ``fn()`` creates alive at once, forward and backward: every
+    op's new storage counted from the op that makes it until it is freed (views and in-place
+    results are not new storage; tensors that existed before ``fn()`` are not counted). What a
+    caching allocator's live ("allocated") peak shows, without its rounding and its cached free
+    blocks ("reserved"), and without kernels' private scratch memory, which no op returns."""
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Tracker(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live, self.peak, self.alive = 0, 0, set()
+
+        def _freed(self, key: int, nbytes: int) -> None:
+            self.alive.discard(key)
+            self.live -= nbytes
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                      if isinstance(t, torch.Tensor)}
+            for t in tree_flatten(out)[0]:
+                if not isinstance(t, torch.Tensor):
+                    continue
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if storage.nbytes() and key not in inputs and key not in self.alive:
+                    self.alive.add(key)
+                    self.live += storage.nbytes()
+                    weakref.finalize(storage, self._freed, key, storage.nbytes())
+            self.peak = max(self.peak, self.live)
+            return out
+
+    with Tracker() as tracker:
+        fn()
+    return tracker.peak

@@ -263,3 +263,50 @@ def test_cross_entropy_saved_bytes_whole_and_chunked(dtype):
     assert whole == accounting.cross_entropy_saved_bytes(n, h, v, e) == n * h * e + 8 * n + 4 * n * v + 4
     assert chunked == accounting.cross_entropy_saved_bytes(n, h, v, e, chunked=True) == n * h * e + 8 * n
     assert whole / chunked > 400
+
+
+def test_peak_tensor_bytes_counts_new_storages_while_they_live():
+    """Hand-counted: views, in-place results and tensors from before are not new; a freed tensor
+    stops counting. Fails if views counted (x.t() would add 4,000 bytes) or frees were missed."""
+    x = torch.randn(1000)
+
+    def one_after_another():
+        y = x * 2
+        z = y + 1
+        del y                               # freed: the next one takes its place
+        w = z * 3
+        x.t(), x.view(-1), z.add_(1)        # views and an in-place op: no new storage
+        return w
+
+    def three_then_sums():
+        a, b, c = x * 2, x * 3, x * 4
+        return a + b + c                    # (a + b) lives until the last add: 5 tensors at once
+
+    assert accounting.peak_tensor_bytes(one_after_another) == 2 * 4000
+    assert accounting.peak_tensor_bytes(three_then_sums) == 5 * 4000
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_whole_losss_backward_holds_three_float32_n_by_v_tensors(dtype):
+    """Whole loss: 3·N·V·4 bytes (+ 8) at once, as cross_entropy_saved_bytes' docstring says; the
+    chunked loss holds less, the less the smaller its chunks. Fails if the chunked backward made
+    all N rows' probabilities at once."""
+    from course_utils import losses
+
+    n, h, v = 256, 64, 32_000
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(n, h, generator=gen).to(dtype).requires_grad_()
+    weight = (torch.randn(v, h, generator=gen) * 0.1).to(dtype).requires_grad_()
+    targets = torch.randint(0, v, (n,), generator=gen)
+
+    def peak(chunk=None):
+        def step():
+            loss = (losses.cross_entropy_from_hidden(hidden, weight, targets) if chunk is None
+                    else losses.chunked_cross_entropy(hidden, weight, targets, chunk))
+            loss.backward()
+        hidden.grad = weight.grad = None
+        return accounting.peak_tensor_bytes(step)
+
+    whole, by_64, by_16 = peak(), peak(64), peak(16)
+    assert whole == 3 * n * v * 4 + 8
+    assert by_16 < by_64 < whole / 2

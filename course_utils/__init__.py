@@ -14,6 +14,8 @@ Lessons: what a chapter teaches, written to be read top to bottom.
 - ``layout``         the process grid (``Layout``: dp, tp, pp, cp, ep): rank coordinates, the groups of
   each dimension, the device mesh (ch. 14-16)
 - ``gpt``            a tiny GPT (nanoGPT-style, separate q/k/v, untied head): the transformer to split
+- ``llama``          a Llama-3-style transformer (RMSNorm, SwiGLU, RoPE, grouped-query attention) (ch. 13)
+- ``losses``         cross-entropy of a large vocabulary chunk by chunk, logits recomputed in backward (ch. 13)
 - ``accounting``     a transformer's parameters, FLOPs, activation and model-state bytes (ch. 13)
 - ``tensor_parallel`` Megatron's split of the GPT's blocks over ranks, as DTensor plans (ch. 09)
 - ``context_parallel`` causal attention over a sequence split across ranks: ring attention (ch. 14)

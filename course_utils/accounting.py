@@ -6,13 +6,18 @@ Notation (Megatron's, Korthikanti et al. 2022): ``s`` sequence length, ``b`` mic
 take a model's shape name it as ``course_utils.shape.GPTConfig`` does (``d_model`` = h,
 ``n_head`` = a, ``n_layer`` = L, ``vocab_size`` = V, ``block_size``).
 The formulas describe :class:`course_utils.gpt.GPT`: pre-LayerNorm blocks with biases, separate
-q/k/v projections, a 4h MLP, no dropout, an untied output head.
+q/k/v projections, a 4h MLP, no dropout, an untied output head; :func:`block_activation_bytes` and
+:func:`block_saved_values` also :class:`course_utils.llama.Llama`'s block (RMSNorm, SwiGLU, RoPE,
+grouped-query attention), and :func:`cross_entropy_saved_bytes` the loss of a large vocabulary,
+whole or chunked (:mod:`course_utils.losses`).
 
 - :func:`count_flops` counts with ``torch.utils.flop_counter.FlopCounterMode``, running attention
   through PyTorch's *math* SDPA kernel: the fused CPU kernel is not registered with the counter
   and would count as zero FLOPs.
 - :func:`saved_activation_bytes` adds up the tensors autograd saves for backward during one
   forward (each storage once, parameters excluded): what activation memory really is.
+- :func:`peak_tensor_bytes` follows every new tensor an op makes until it is freed, forward and
+  backward: the most bytes alive at once (what a loss's backward briefly needs, for instance).
 """
 from __future__ import annotations
 
@@ -183,9 +188,91 @@ def block_saved_values(config) -> tuple[int, int]:
       SwiGLU's gate and up outputs, silu(gate) and the product (4f).
 
     GPT-2's block (``course_utils.gpt.Block``): (4h, 12h), :func:`activation_bytes_block`'s 16h.
+    Both shapes are measured (tests/test_accounting.py: the tensors autograd saves, sorted by
+    their last dimension): the Llama block's norms are :class:`course_utils.llama.RMSNorm`, which
+    keeps its input and 1/rms as a fused kernel does; ``torch.nn.RMSNorm`` on the CPU keeps the
+    normalised x̂ too (one more h outside, float32 copies for bf16 inputs).
     """
     h, q, kv, f = config.d_model, config.n_head * config.head_dim, config.kv_heads * config.head_dim, config.mlp_width
     return 4 * h, 2 * q + 2 * kv + (2 if config.mlp == "gelu" else 4) * f
+
+
+RMSNORM_STAT_BYTES = 4
+"""Bytes of the one statistic :class:`course_utils.llama.RMSNorm` keeps per row (1/rms, float32
+for float32 and 16-bit inputs)."""
+
+
+def _built_shape(config) -> str:
+    """"gpt" or "llama": which of the course's models builds ``config``; ValueError for neither."""
+    gpt = (config.mlp, config.norm, config.positions) == ("gelu", "layernorm", "learned")
+    llama = (config.mlp, config.norm, config.positions, config.bias) == ("swiglu", "rmsnorm", "rope", False)
+    if config.n_expert or not (llama or (gpt and config.kv_heads == config.n_head
+                                         and config.n_head * config.head_dim == config.d_model)):
+        raise ValueError("this count covers the blocks the course builds: course_utils.gpt.Block (gelu, layernorm, "
+                         "learned positions, as many K/V heads as heads, head_dim·n_head = d_model) and "
+                         "course_utils.llama.Block (swiglu, rmsnorm, rope, no biases), dense; got "
+                         f"mlp={config.mlp!r}, norm={config.norm!r}, positions={config.positions!r}, "
+                         f"n_kv_head={config.n_kv_head}, head_size={config.head_size}, n_expert={config.n_expert}")
+    return "llama" if llama else "gpt"
+
+
+def block_activation_bytes(config, s: int, b: int, element_bytes: int = 2, *, device_type: str = "cpu",
+                           backend: str | None = None) -> int:
+    """Bytes one block of ``config`` (a ``course_utils.shape.GPTConfig`` that ``gpt.GPT`` or
+    ``llama.Llama`` builds) keeps for backward for ``b`` sequences of ``s`` tokens, activations of
+    ``element_bytes`` each (4: float32, 2: bfloat16), no dropout, no recomputation, on
+    ``device_type`` with the SDPA ``backend`` (as in :func:`activation_bytes_block`, which this
+    equals for the GPT's block). Term by term, h = d_model, a = n_head, g = K/V heads, d = head_dim,
+    f = the MLP's width:
+
+    - large tensors, :func:`block_saved_values` per token: each norm's input and output (4h); q,
+      k and v as attention receives them (after RoPE for q and k: a·d + 2·g·d; the fused kernel
+      takes K/V at g heads with ``enable_gqa``), the attention output, which is also proj's input
+      (a·d); the MLP's GELU input and output (2f), or SwiGLU's gate and up outputs, silu(gate) and
+      the product, down's input (4f);
+    - the norms' statistics per row: LayerNorm's mean and 1/std, 2 × 2 per token
+      (:func:`layernorm_stat_bytes`), or the RMSNorm's 1/rms, 2 × 1 per token, float32
+      (:data:`RMSNORM_STAT_BYTES`);
+    - attention's log-sum-exp per head and position, float32, and on CUDA the kernel's RNG state
+      (:func:`sdpa_saved_stat_bytes`);
+    - RoPE: the cos and sin tables the rotation keeps, s × d each in the activation dtype, once
+      per block (shared by q and k and by the b sequences; each block computes its own).
+
+    Measured on the CPU in float32 and bfloat16 (tests/test_accounting.py, and chapter 13). On CUDA
+    the statistics' terms are the GPT block's (checked against PyTorch's meta kernels); that flash
+    takes K/V at g heads there is PyTorch's documented ``enable_gqa`` path, not measured here.
+    """
+    kind = _built_shape(config)
+    if kind == "gpt":
+        return activation_bytes_block(s, b, config.d_model, config.n_head, element_bytes,
+                                      device_type=device_type, backend=backend)
+    backend = backend or ("cpu_flash" if device_type == "cpu" else "flash")
+    if (backend == "cpu_flash") != (device_type == "cpu"):
+        raise ValueError(f"backend {backend!r} does not run on {device_type!r}")
+    if device_type != "cpu" and config.head_dim % 8:
+        raise ValueError(f"head dimension {config.head_dim}: the CUDA kernels pad it to a multiple of 8, copies "
+                         "this formula does not count")
+    large = sum(block_saved_values(config)) * s * b * element_bytes
+    norms = 2 * s * b * RMSNORM_STAT_BYTES
+    rope = 2 * s * config.head_dim * element_bytes
+    return large + norms + sdpa_saved_stat_bytes(s, b, config.n_head, backend) + rope
+
+
+def cross_entropy_saved_bytes(tokens: int, d_model: int, vocab_size: int, element_bytes: int = 2,
+                              chunked: bool = False) -> int:
+    """Bytes the output head and the loss keep for backward for ``tokens`` tokens (N), hidden states
+    of ``element_bytes`` each: the head's input, N·h·element_bytes, and the int64 targets, 8·N;
+    then for the whole-vocabulary loss (:func:`course_utils.losses.cross_entropy_from_hidden`:
+    float32 softmax over the N × V logits) the float32 log-probabilities, 4·N·V (kept by
+    log_softmax and nll_loss, one storage), and nll_loss's float32 total weight (4 bytes); for
+    :func:`course_utils.losses.chunked_cross_entropy` nothing more. The logits themselves are not
+    kept (the head's output, cast to float32, is freed once the softmax is taken), but the whole
+    loss's backward makes their gradient: measured with :func:`peak_tensor_bytes`, forward and
+    backward of the whole loss hold at most 3·N·V·4 bytes (+ 8: two float32 scalars) of new
+    tensors at once — the log-probabilities, the gradient nll_loss hands back and log_softmax's —
+    where the chunked one holds a chunk's logits and the head's float32 weight gradient."""
+    kept = tokens * d_model * element_bytes + 8 * tokens
+    return kept if chunked else kept + 4 * tokens * vocab_size + 4
 
 
 def count_flops(fn: Callable[[], object]) -> int:
@@ -228,3 +315,45 @@ def saved_activation_bytes(fn: Callable[[], object], parameters=(), hooks: tuple
     with torch.autograd.graph.saved_tensors_hooks(pack, inner_unpack):
         fn()
     return sum(storages.values())
+
+
+def peak_tensor_bytes(fn: Callable[[], object]) -> int:
+    """The most bytes of tensors that ``fn()`` creates alive at once, forward and backward: every
+    op's new storage counted from the op that makes it until it is freed (views and in-place
+    results are not new storage; tensors that existed before ``fn()`` are not counted). What a
+    caching allocator's live ("allocated") peak shows, without its rounding and its cached free
+    blocks ("reserved"), and without kernels' private scratch memory, which no op returns."""
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Tracker(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live, self.peak, self.alive = 0, 0, set()
+
+        def _freed(self, key: int, nbytes: int) -> None:
+            self.alive.discard(key)
+            self.live -= nbytes
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                      if isinstance(t, torch.Tensor)}
+            for t in tree_flatten(out)[0]:
+                if not isinstance(t, torch.Tensor):
+                    continue
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if storage.nbytes() and key not in inputs and key not in self.alive:
+                    self.alive.add(key)
+                    self.live += storage.nbytes()
+                    weakref.finalize(storage, self._freed, key, storage.nbytes())
+            self.peak = max(self.peak, self.live)
+            return out
+
+    with Tracker() as tracker:
+        fn()
+    return tracker.peak

@@ -173,5 +173,8 @@ torchtitan's ``llama3`` model arguments repeat them; pre-training sequences of 8
 3 paper, Grattafiori et al. 2024, arXiv:2407.21783, §3.4.1)."""
 
 LLAMA_3_1_PUBLISHED_PARAMS = {"8B": 8_030_261_248, "70B": 70_553_706_496, "405B": 405_853_388_800}
-"""Parameter totals of the released checkpoints (the ``total_size`` in the bf16 safetensors index of
-meta-llama/Llama-3.1-{8B,70B,405B} on Hugging Face, 2 bytes per parameter)."""
+"""Parameter totals of the released checkpoints: what Hugging Face's model API reports as
+``safetensors.total`` for meta-llama/Llama-3.1-{8B,70B,405B}. For 8B and 70B it is also half the
+``total_size`` of the bf16 safetensors index (16,060,522,496 and 141,107,412,992 bytes); the 405B
+index's ``total_size`` is not twice its count, so it is not the source. (Checked 2026-12-07
+against public copies of these figures, not against the Hub itself.)"""

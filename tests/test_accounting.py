@@ -161,3 +161,152 @@ def test_layernorm_statistics_dtype_follows_pytorchs_rule(dtype):
         x = torch.empty(3, 8, dtype=dtype, device=device)
         _, mean, rstd = torch._refs.native_layer_norm(x, [8], w.to(device), bias.to(device), 1e-5)
         assert mean.element_size() == rstd.element_size() == accounting.layernorm_stat_bytes(device_type, dtype)
+
+
+# --- issue 40: the Llama-style block, both shapes' large tensors, and the loss of a large vocabulary ---
+def llama_config(s, h, a, g, f, head_size=None):
+    return GPTConfig(vocab_size=50, block_size=s, n_layer=1, n_head=a, d_model=h, n_kv_head=g, head_size=head_size,
+                     ffn_hidden=f, bias=False, mlp="swiglu", norm="rmsnorm", positions="rope")
+
+
+LLAMA_SHAPES = [(2, 32, 64, 4, 2, 96, None), (3, 16, 48, 6, 3, 128, None), (1, 64, 64, 8, 8, 160, None),
+                (2, 16, 48, 4, 1, 64, 16)]   # (b, s, h, a, g, f, head_size): MQA, and a·d != h
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("b, s, h, a, g, f, head_size", LLAMA_SHAPES)
+def test_activation_bytes_of_a_llama_block_equal_what_autograd_saves(dtype, b, s, h, a, g, f, head_size):
+    """Fails if the formula leaves out RoPE's cos/sin, counts K/V at a heads (repeated), or if the
+    model's norm is torch.nn.RMSNorm (which keeps x̂ too on the CPU)."""
+    from course_utils.llama import Llama
+
+    c = llama_config(s, h, a, g, f, head_size)
+    block = Llama(c).blocks[0].to(dtype)
+    x = torch.randn(b, s, h, dtype=dtype, requires_grad=True)
+    saved = accounting.saved_activation_bytes(lambda: block(x), block.parameters())
+    e = x.element_size()
+    d = c.head_dim
+    by_hand = (4 * h + 2 * a * d + 2 * g * d + 4 * f) * s * b * e + 2 * s * b * 4 + a * s * b * 4 + 2 * s * d * e
+    assert saved == accounting.block_activation_bytes(c, s, b, e) == by_hand
+
+
+@pytest.mark.parametrize("b, s, h, a", [(2, 32, 32, 4), (3, 16, 48, 6)])
+def test_the_config_formula_is_the_gpt_blocks_for_gpt_shapes(b, s, h, a):
+    c = GPTConfig(vocab_size=50, block_size=s, n_layer=1, n_head=a, d_model=h)
+    for e in (4, 2):
+        assert accounting.block_activation_bytes(c, s, b, e) == accounting.activation_bytes_block(s, b, h, a, e)
+    with pytest.raises(ValueError, match="course_utils.llama.Block"):
+        accounting.block_activation_bytes(GPTConfig(n_head=4, d_model=32, n_kv_head=2), s, b, 2)
+
+
+def _saved_by_place(fn, parameters, tokens, h):
+    """Bytes autograd saves, sorted by the size of each storage: ``tokens`` × h values (the
+    residual stream's width: outside the tensor-parallel regions), other large ones (inside), and
+    fewer than 16 values per token (the norms' and attention's per-row statistics, RoPE's tables)."""
+    skip = {p.untyped_storage().data_ptr() for p in parameters}
+    places: dict[int, tuple[str, int]] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            values = storage.nbytes() // t.element_size()
+            place = "small" if values < 16 * tokens else ("outside" if values == tokens * h else "inside")
+            places[storage.data_ptr()] = (place, storage.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return {place: sum(n for p, n in places.values() if p == place) for place in ("outside", "inside", "small")}
+
+
+@pytest.mark.parametrize("kind", ["gpt", "llama"])
+def test_block_saved_values_are_what_autograd_keeps_outside_and_inside(kind):
+    """block_saved_values' (outside, inside) per token, times s·b·4, equals the float32 tensors a
+    block keeps, sorted by where tensor parallelism puts them (shapes with a·d != h so that the
+    attention's tensors cannot pass for the residual stream's). Fails if the Llama block's norm
+    keeps x̂ (torch.nn.RMSNorm: outside 6h), or if K/V were kept at a heads."""
+    from course_utils import gpt, llama
+
+    b, s = 2, 16
+    if kind == "gpt":
+        c = GPTConfig(vocab_size=50, block_size=s, n_layer=1, n_head=4, d_model=48)
+        block = gpt.GPT(c).blocks[0]
+    else:
+        c = llama_config(s, 48, 4, 2, 80, head_size=16)
+        block = llama.Llama(c).blocks[0]
+    x = torch.randn(b, s, c.d_model, requires_grad=True)
+    places = _saved_by_place(lambda: block(x), block.parameters(), s * b, c.d_model)
+    outside, inside = accounting.block_saved_values(c)
+    if kind == "gpt":   # a·d = h: q, k, v and the attention output (4h, inside) look like the residual stream
+        moved = 4 * c.d_model * s * b * 4
+        places["outside"], places["inside"] = places["outside"] - moved, places["inside"] + moved
+    assert (places["outside"], places["inside"]) == (outside * s * b * 4, inside * s * b * 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_saved_bytes_whole_and_chunked(dtype):
+    """The whole-vocabulary loss keeps the float32 log-probabilities (4·N·V); the chunked one
+    keeps only its inputs. Fails if the chunked loss kept its chunks' logits (e.g. written as a
+    plain loop of F.cross_entropy over chunks, without recomputation)."""
+    from course_utils import losses
+
+    n, h, v = 256, 64, 32_000
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(n, h, generator=gen).to(dtype).requires_grad_()
+    weight = (torch.randn(v, h, generator=gen) * 0.1).to(dtype).requires_grad_()
+    targets = torch.randint(0, v, (n,), generator=gen)
+    e = hidden.element_size()
+    whole = accounting.saved_activation_bytes(
+        lambda: losses.cross_entropy_from_hidden(hidden, weight, targets), [weight])
+    chunked = accounting.saved_activation_bytes(
+        lambda: losses.chunked_cross_entropy(hidden, weight, targets, 64), [weight])
+    assert whole == accounting.cross_entropy_saved_bytes(n, h, v, e) == n * h * e + 8 * n + 4 * n * v + 4
+    assert chunked == accounting.cross_entropy_saved_bytes(n, h, v, e, chunked=True) == n * h * e + 8 * n
+    assert whole / chunked > 400
+
+
+def test_peak_tensor_bytes_counts_new_storages_while_they_live():
+    """Hand-counted: views, in-place results and tensors from before are not new; a freed tensor
+    stops counting. Fails if views counted (x.t() would add 4,000 bytes) or frees were missed."""
+    x = torch.randn(1000)
+
+    def one_after_another():
+        y = x * 2
+        z = y + 1
+        del y                               # freed: the next one takes its place
+        w = z * 3
+        x.t(), x.view(-1), z.add_(1)        # views and an in-place op: no new storage
+        return w
+
+    def three_then_sums():
+        a, b, c = x * 2, x * 3, x * 4
+        return a + b + c                    # (a + b) lives until the last add: 5 tensors at once
+
+    assert accounting.peak_tensor_bytes(one_after_another) == 2 * 4000
+    assert accounting.peak_tensor_bytes(three_then_sums) == 5 * 4000
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_whole_losss_backward_holds_three_float32_n_by_v_tensors(dtype):
+    """Whole loss: 3·N·V·4 bytes (+ 8) at once, as cross_entropy_saved_bytes' docstring says; the
+    chunked loss holds less, the less the smaller its chunks. Fails if the chunked backward made
+    all N rows' probabilities at once."""
+    from course_utils import losses
+
+    n, h, v = 256, 64, 32_000
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(n, h, generator=gen).to(dtype).requires_grad_()
+    weight = (torch.randn(v, h, generator=gen) * 0.1).to(dtype).requires_grad_()
+    targets = torch.randint(0, v, (n,), generator=gen)
+
+    def peak(chunk=None):
+        def step():
+            loss = (losses.cross_entropy_from_hidden(hidden, weight, targets) if chunk is None
+                    else losses.chunked_cross_entropy(hidden, weight, targets, chunk))
+            loss.backward()
+        hidden.grad = weight.grad = None
+        return accounting.peak_tensor_bytes(step)
+
+    whole, by_64, by_16 = peak(), peak(64), peak(16)
+    assert whole == 3 * n * v * 4 + 8
+    assert by_16 < by_64 < whole / 2

@@ -119,7 +119,7 @@ from .layout import Layout
 from .shape import GPTConfig
 
 BYTES_PER_PARAM = costmodel.BYTES_PER_PARAM[("amp", "adam")]   # (weights, gradients, optimizer state)
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "op", "full")
 CP_ALL_GATHERS = {"none": 3, "full": 4}
 """All-gather-equivalents of K and V per layer and microbatch under context parallelism: forward 1,
 backward 2 (K and V passed around the ring again, and the reduce-scatter of dK and dV); 4 with full
@@ -170,7 +170,11 @@ class Recipe:
     regions by sequence (Megatron-LM's SP; without it those activations are copies on every TP
     rank); ``overlap``: data-, context- and pipeline-parallel transfers hide behind compute where
     the overlap model says they can (False: every transfer is exposed); ``dropout``: the 2021–2022
-    Megatron runs' dropout, whose masks are kept for backward."""
+    Megatron runs' dropout, whose masks are kept for backward; ``virtual_stages``: model chunks per
+    pipeline rank (Megatron's interleaved 1F1B, Narayanan et al. 2021 §2.2.2; 1: plain 1F1B).
+    ``recompute="op"`` is torchtitan's per-op selective checkpointing (its ``selective_ac_option="op"``):
+    every matmul's, attention kernel's and reduce-scatter's output is saved except every second
+    matmul's, everything else recomputed in backward."""
 
     zero: int = 1
     recompute: str = "none"
@@ -179,6 +183,7 @@ class Recipe:
     sequence_parallel: bool = True
     overlap: bool = False
     dropout: bool = False
+    virtual_stages: int = 1
 
 
 @dataclass
@@ -224,13 +229,20 @@ def _check(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, 
         return f"ep={layout.ep} needs experts; this model's MLPs are dense"
     if model.n_expert % layout.ep:
         return f"{model.n_expert} experts over ep={layout.ep}: ep must divide the experts and dp·cp"
-    if model.n_layer % layout.pp:
-        return f"{model.n_layer} layers do not split into pp={layout.pp} stages"
+    if model.n_layer < layout.pp * recipe.virtual_stages:
+        return (f"{model.n_layer} layers cannot fill pp={layout.pp} stages × {recipe.virtual_stages} "
+                f"virtual stages")
+    if recipe.recompute == "op" and (model.n_expert or not recipe.flash):
+        return "recompute='op' (torchtitan's per-op policy) is modelled for dense models with a fused attention"
     b = recipe.microbatch
     if global_batch % (layout.dp * b):
         return f"a batch of {global_batch} does not split into dp={layout.dp} × microbatches of {b}"
     if layout.pp > 1 and global_batch // (layout.dp * b) < layout.pp:
         return f"{global_batch // (layout.dp * b)} microbatches cannot fill pp={layout.pp} stages"
+    if not isinstance(recipe.virtual_stages, int) or recipe.virtual_stages < 1 or (
+            recipe.virtual_stages > 1 and (global_batch // (layout.dp * b)) % layout.pp):
+        return (f"virtual_stages={recipe.virtual_stages!r}: a positive integer; above 1 (interleaved 1F1B) "
+                f"the microbatches must be a multiple of pp={layout.pp}")
     if recipe.recompute not in RECOMPUTE or recipe.zero not in costmodel.ZERO_STAGES:
         return (f"recompute must be one of {RECOMPUTE} and zero one of 0-3, got {recipe.recompute!r}, "
                 f"{recipe.zero!r}")
@@ -239,10 +251,17 @@ def _check(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, 
 
 # -- memory ---------------------------------------------------------------------------------------
 
+def stage_blocks(model: GPTConfig, layout: Layout) -> int:
+    """Blocks on the busiest pipeline stage: ⌈L/p⌉. An uneven split (Llama 3 405B's 126 layers on 16
+    stages, one fewer on the first and the last, Grattafiori et al. 2024 §3.3.2) is priced as if
+    every stage held that many: the slowest stage sets the pace, the fullest the memory."""
+    return -(-model.n_layer // layout.pp)
+
+
 def _stage_params(model: GPTConfig, layout: Layout, stage: int) -> tuple[float, float]:
     """(dense, experts) parameters one GPU of pipeline stage ``stage`` holds, before ZeRO."""
     dense_block, experts_block = model.block_params()
-    blocks = model.n_layer // layout.pp
+    blocks = stage_blocks(model, layout)
     dense = blocks * dense_block
     if stage == 0:
         dense += model.embedding_params()                        # V·h tokens (+ s·h learned positions)
@@ -284,6 +303,8 @@ def layer_activations(model: GPTConfig, layout: Layout, recipe: Recipe) -> float
     if model.n_expert:       # q, k, v and the attention output stay; the MLP's values once per expert visited
         attention = 2 * a * model.head_dim + 2 * model.kv_heads * model.head_dim
         inside = attention + model.routed * (inside - attention)
+    if recipe.recompute == "op":
+        return 2 * s * b * op_checkpointing(model, layout, recipe)[0] / c
     kept = 2 * s * b * (outside / sp + inside / t)
     if recipe.dropout:       # 1-byte masks of the attention block's and the MLP's output dropouts
         kept += 2 * s * b * h / sp
@@ -293,15 +314,51 @@ def layer_activations(model: GPTConfig, layout: Layout, recipe: Recipe) -> float
     return kept / c
 
 
+def block_matmuls(model: GPTConfig, layout: Layout) -> list[tuple[str, float, float]]:
+    """A dense block's matmuls on one GPU in the order they run: (name, output values per token,
+    forward FLOPs per token). Column-parallel ones (q, k, v, fc or gate and up) write their 1/t share;
+    row-parallel ones (proj, the MLP's proj or down) write partial sums of all h values, reduced after."""
+    h, t, d = model.d_model, layout.tp, model.head_dim
+    q, kv, f = model.n_head * d / t, max(model.kv_heads // t, 1) * d, model.mlp_width / t
+    mms = [("q", q, 2 * h * q), ("k", kv, 2 * h * kv), ("v", kv, 2 * h * kv), ("proj", h, 2 * q * h)]
+    if model.mlp == "gelu":
+        return mms + [("fc", f, 2 * h * f), ("mlp proj", h, 2 * f * h)]
+    return mms + [("gate", f, 2 * h * f), ("up", f, 2 * h * f), ("down", h, 2 * f * h)]
+
+
+def op_checkpointing(model: GPTConfig, layout: Layout, recipe: Recipe) -> tuple[float, float]:
+    """torchtitan's per-op selective checkpointing (``recompute="op"``) of one dense block: (values per
+    token kept for backward, forward FLOPs per token recomputed). Kept: the block's input (÷ t with
+    SP), the attention kernel's output and log-sum-exp (a/t fp32 values: 2 per head in 16-bit units),
+    the reduce-scatters' outputs (h/t each, two, with SP and t > 1), and every second matmul's output —
+    counted from the first matmul of the run, so with an odd number of matmuls per block (7 in a
+    SwiGLU block) the saved set alternates between steps: the larger one is kept at the peak, and
+    half of all matmul FLOPs are recomputed on average (torchtitan ``_apply_ac_to_transformer_block``,
+    ``_save_list``, commit 9dec370)."""
+    t = layout.tp
+    sp = t if recipe.sequence_parallel else 1
+    mms = block_matmuls(model, layout)
+    odd, even = mms[0::2], mms[1::2]
+    if len(mms) % 2:
+        kept_mm = max(sum(out for _, out, _ in odd), sum(out for _, out, _ in even))
+        recomputed = sum(flops for *_, flops in mms) / 2
+    else:
+        kept_mm, recomputed = sum(out for _, out, _ in odd), sum(flops for *_, flops in even)
+    attention = model.n_head * model.head_dim / t + 2 * model.n_head / t
+    scattered = 2 * model.d_model / t if recipe.sequence_parallel and t > 1 else 0
+    return model.d_model / sp + kept_mm + attention + scattered, recomputed
+
+
 def logits_bytes(model: GPTConfig, layout: Layout, recipe: Recipe) -> dict[str, float]:
-    """The loss's bytes on the last stage for one microbatch, split by vocabulary over tp and by
-    sequence over cp: the fp32 logits (log-probabilities) the cross-entropy keeps for backward,
-    4·s·b·V/(tp·cp), and their fp32 gradient, as much again, alive at the loss's backward — the
-    moment the last stage's memory peaks (PyTorch's ``cross_entropy`` on logits cast to fp32;
-    Megatron-LM's fused vocabulary-parallel cross-entropy writes the gradient in place of what it
-    kept, which would halve this)."""
+    """The loss's bytes on the last stage for one microbatch at its peak, split by vocabulary over tp and
+    by sequence over cp: the fp32 log-probabilities the cross-entropy keeps for backward,
+    4·s·b·V/(tp·cp) ("logits"), and, during log-softmax's backward, the two fp32 gradients alive beside
+    them — of the log-probabilities and of the logits — twice that ("logits gradient"): 3·4·N·V bytes
+    for N tokens, PyTorch's ``cross_entropy`` on logits cast to fp32, as chapter 13 measures
+    (``accounting.peak_tensor_bytes``). Megatron-LM's fused vocabulary-parallel cross-entropy writes
+    the gradient in place of what it kept, which would cut this to a third."""
     kept = LOSS_BYTES_PER_LOGIT * model.block_size * recipe.microbatch * model.vocab_size / (layout.tp * layout.cp)
-    return {"logits": kept, "logits gradient": kept}
+    return {"logits": kept, "logits gradient": 2 * kept}
 
 
 def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *,
@@ -312,7 +369,7 @@ def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *
     if allocator_overhead < 1:
         raise ValueError(f"allocator_overhead is reserved ÷ live bytes, at least 1.0 (1.0: live bytes), "
                          f"got {allocator_overhead!r}")
-    L, s, b, h = model.n_layer, model.block_size, recipe.microbatch, model.d_model
+    s, b, h = model.block_size, recipe.microbatch, model.d_model
     p, t, c = layout.pp, layout.tp, layout.cp
     dense, experts = stage_params(model, layout, stage)
     replicas = layout.dp * c                          # ranks holding the same dense weights
@@ -322,14 +379,22 @@ def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *
     for name, nbytes, cut in zip(("weights", "gradients", "optimizer"), BYTES_PER_PARAM, sharded):
         cut = cut and not (unsharded_stage and name != "optimizer")
         state[name] = (dense / (replicas if cut else 1) + experts / (replicas // layout.ep if cut else 1)) * nbytes
+    if recipe.zero == 3 and p == 1:   # FSDP gathers one unit at a time, the next one prefetched
+        biggest = max(sum(model.block_params()) / layout.ep, model.vocab_size * model.d_model) / t
+        state["gathered"] = 2 * 2 * biggest
     in_flight = p - stage                             # 1F1B: microbatches this stage holds at its peak
-    layers = in_flight * (L // p)
+    v = recipe.virtual_stages
+    if v > 1:     # Megatron's interleaved warm-up: 2(p − i − 1) + (v − 1)·p chunks (+ 1) of 1/v of the stage
+        in_flight = (2 * (p - stage - 1) + (v - 1) * p + 1) / v
+    layers = in_flight * stage_blocks(model, layout)
     one_layer = layer_activations(model, layout, recipe)
-    if recipe.recompute == "full":      # the layers' inputs, and one layer recomputed at a time
-        kept = layers * 2 * s * b * h / ((t if recipe.sequence_parallel else 1) * c) + one_layer
+    loss = logits_bytes(model, layout, recipe) if stage == p - 1 else {"logits": 0.0, "logits gradient": 0.0}
+    if recipe.recompute == "full":      # the layers' inputs; one layer recomputed at a time, or the loss
+        kept = layers * 2 * s * b * h / ((t if recipe.sequence_parallel else 1) * c)
+        if one_layer > sum(loss.values()):     # the peak is a layer's recomputation, not the loss's backward
+            kept, loss = kept + one_layer, {"logits": 0.0, "logits gradient": 0.0}
     else:
         kept = layers * one_layer
-    loss = logits_bytes(model, layout, recipe) if stage == p - 1 else {"logits": 0.0, "logits gradient": 0.0}
     live = {**state, "activations": kept, **loss}
     return {**live, "allocator": (allocator_overhead - 1) * sum(live.values())}
 
@@ -411,18 +476,25 @@ def _compute(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int
     m = global_batch // (layout.dp * b)
     attention_forward = 4 * model.n_layer * s * model.n_head * model.head_dim      # per token: 1/3 of 12·L·s·a·d
     extra = attention_forward if (recipe.recompute == "selective" and not recipe.flash) else 0
+    if recipe.recompute == "op":          # every second matmul's forward again (per token, all ranks)
+        extra = model.n_layer * layout.tp * op_checkpointing(model, layout, recipe)[1]
+    uneven = stage_blocks(model, layout) * layout.pp / model.n_layer   # the slowest stage's share
     if not isinstance(efficiency, GemmEfficiency):
         passes = 4 / 3 if recipe.recompute == "full" else 1.0            # one more forward
-        return ((model.flops_per_token * passes + extra) * global_batch * s / n
+        return ((model.flops_per_token * passes + extra) * uneven * global_batch * s / n
                 / (efficiency * cluster.peak_tflops * 1e12))
     layer = layer_seconds(model, layout, recipe, cluster, efficiency)
     tokens = b * s // layout.cp
     head = [("head", tokens, model.vocab_size // layout.tp, model.d_model, 1.0)]
     head_fwd, head_bwd = _pass_seconds(head, cluster, efficiency)
-    blocks = model.n_layer // layout.pp
+    blocks = stage_blocks(model, layout)
     per_microbatch = blocks * (layer["forward"] + layer["backward"]) + (head_fwd + head_bwd) / layout.pp
     if recipe.recompute == "full":
         per_microbatch += blocks * layer["forward"] + head_fwd / layout.pp
+    elif recipe.recompute == "op":        # the recomputed matmuls' share of the layer's forward
+        mms = block_matmuls(model, layout)
+        per_microbatch += blocks * layer["forward"] * op_checkpointing(model, layout, recipe)[1] / sum(
+            flops for *_, flops in mms)
     elif extra:
         per_microbatch += blocks * layer["attention step"] * layout.cp
     return m * per_microbatch
@@ -439,7 +511,7 @@ def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: in
               efficiency: float | GemmEfficiency) -> dict[str, float]:
     """Seconds of one step by part: compute, bubble, and the exposed traffic of each kind of
     parallelism (all of it without ``recipe.overlap``; what the overlap rules leave with it)."""
-    L, h, s, b, k = model.n_layer, model.d_model, model.block_size, recipe.microbatch, model.routed
+    h, s, b, k = model.d_model, model.block_size, recipe.microbatch, model.routed
     t, p, d, c, e = layout.tp, layout.pp, layout.dp, layout.cp, layout.ep
     m = global_batch // (d * b)
     compute = _compute(model, layout, recipe, global_batch, cluster, efficiency)
@@ -447,7 +519,7 @@ def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: in
     ring = lambda nbytes, ranks, inside: costmodel.collective_time(  # noqa: E731  # an all-reduce of nbytes
         "all_reduce", 2 * (ranks - 1) / ranks * nbytes, ranks, cluster.alpha_s, 1 / link(inside))
     node = cluster.gpus_per_node
-    blocks = L // p
+    blocks = stage_blocks(model, layout)
     layer_passes = blocks * m                                          # (layer, microbatch) pairs per step
     redo = recipe.recompute == "full"
     # TP: 2 all-reduces forward and 2 backward per layer (with SP: all-gather + reduce-scatter pairs, same bytes)
@@ -471,7 +543,8 @@ def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: in
     else:
         dp_parts = {"all-reduce": one_reduce}
     hop = cluster.alpha_s + s * b * h * 2 / (t * c) / link(False)      # one microbatch's activations, one way
-    pp = 2 * m * hop if p > 1 else 0.0
+    v = recipe.virtual_stages                                          # interleaved: v times the sends
+    pp = 2 * m * v * hop if p > 1 else 0.0
     if recipe.overlap:
         layer = layer_seconds(model, layout, recipe, cluster, efficiency)
         per_step = layer["attention step"]
@@ -487,7 +560,7 @@ def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: in
         if p > 1:
             pp = 2 * hop + (m - 1) * (max(0.0, hop - blocks * layer["forward"])
                                       + max(0.0, hop - blocks * layer["backward"]))
-    return {"compute": compute, "bubble": compute * (p - 1) / m, "tensor parallel": tp,
+    return {"compute": compute, "bubble": compute * (p - 1) / (v * m), "tensor parallel": tp,
             "context parallel": cp, "expert parallel": ep, "data parallel": sum(dp_parts.values()), "pipeline": pp}
 
 

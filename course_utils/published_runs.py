@@ -240,9 +240,8 @@ def _llama3_2024() -> list[Run]:
             model=dataclasses.replace(model, block_size=seq), seq_len=seq, gpu="H100-SXM5-80GB", gpus=gpus,
             dp=dp, tp=tp, pp=pp, cp=cp, zero=2, recompute=None if long else "none",
             global_batch=dp * per_dp, tflops=float(tflops), mfu=mfu / 100, flops="palm", peak_tflops=989.0,
-            unsupported=("126 layers over 16 stages: one layer fewer on the first and last stages (§3.3.2), "
-                         "an uneven split",),
-            notes=("interleaved schedule, V virtual stages per rank not given; FSDP sharding optimizer states "
+            notes=("126 layers over 16 stages, one fewer on the first and the last (§3.3.2); interleaved "
+                   "schedule, V virtual stages per rank not given; FSDP sharding optimizer states "
                    "and gradients, weights not resharded after forward: "
                    "recorded as ZeRO-2; microbatch not given; document-masked attention; all-gather-based "
                    "context parallelism with the all-gather exposed (§3.3.2)"
@@ -257,6 +256,11 @@ def _llama3_2024() -> list[Run]:
 _TITAN = dict(gpu="H100-96GB-HBM2e-500W", flops="torchtitan", peak_tflops=989.0, flash=True,
               memory_kind="reserved peak", zero=3)
 _OP_SAC = "torchtitan's selective AC 'op' policy (saves chosen ops' outputs, e.g. matmuls; not Korthikanti's)"
+
+
+_TITAN_MICROBATCHES = ("of as many microbatches as pipeline stages (8), torchtitan's default at the runs' commit "
+                       "9dec370 (config_manager.py, pipeline_parallel_microbatches=None; "
+                       "parallelisms/pipelining_utils.py: n_microbatches = pipeline_parallel_degree)")
 
 
 def _llama(size: str, seq: int) -> GPTConfig:
@@ -289,19 +293,22 @@ def _torchtitan_2024_12() -> list[Run]:
     for label, virtual, tps, gib in (("1F1B", 1, 100, 82.5), ("Interleaved 1F1B", None, 128, 72.7)):
         runs.append(Run(source=src, name=f"torchtitan 405B 512 GPUs {label}", where=f"Table 5, {label}",
                         model=_llama("405B", 8192), seq_len=8192, gpus=512, dp=8, tp=8, pp=8, recompute="full",
-                        global_batch=256, sequence_parallel=True, compile=True, float8=True, async_tp=True,
+                        microbatch=32 // 8, global_batch=256, sequence_parallel=True, compile=True, float8=True,
+                        async_tp=True,
                         virtual_stages=virtual, tokens_per_s=float(tps), memory_gib=gib,
-                        unsupported=("126 layers over 8 stages: an uneven split",),
-                        notes="microbatch size not given (local batch 32 per FSDP rank); memory: 'the maximum "
-                              "across all GPUs' (different stages differ)", **_TITAN))
+                        notes="microbatch size not given: local batch 32 per FSDP rank in torchtitan's default "
+                              + _TITAN_MICROBATCHES + "; memory: 'the maximum across all GPUs' (different stages "
+                              "differ)", **_TITAN))
     for (fsdp, cp, seq, tps, gib) in ((8, 1, 32768, 76, 75.3), (4, 2, 65536, 47, 75.9),
                                       (2, 4, 131072, 31, 77.1), (1, 8, 262144, 16, 84.9)):
         runs.append(Run(source=src, name=f"torchtitan 405B 512 GPUs cp{cp} {seq // 1024}k",
                         where=f"Table 6, FSDP {fsdp} CP {cp}", model=_llama("405B", seq), seq_len=seq, gpus=512,
-                        dp=fsdp, tp=8, pp=8, cp=cp, recompute="full", global_batch=8 * fsdp, sequence_parallel=True,
+                        dp=fsdp, tp=8, pp=8, cp=cp, recompute="full", microbatch=1, global_batch=8 * fsdp,
+                        sequence_parallel=True,
                         compile=True, float8=True, async_tp=True, virtual_stages=1, tokens_per_s=float(tps),
-                        memory_gib=gib, unsupported=("126 layers over 8 stages: an uneven split",),
-                        notes="local batch 8 per FSDP rank; microbatch size not given", **_TITAN))
+                        memory_gib=gib,
+                        notes="microbatch size not given: local batch 8 per FSDP rank in torchtitan's default "
+                              + _TITAN_MICROBATCHES, **_TITAN))
     return runs
 
 

@@ -22,6 +22,7 @@ No torch here.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -142,8 +143,9 @@ def to_planner(run: Run, overlap: bool = False) -> tuple[GPTConfig, planner.Layo
         raise Inexpressible("; ".join(gaps))
     layout = run.layout
     microbatch = run.microbatch or (1 if layout.pp > 1 else run.global_batch // layout.dp)
+    recompute = "op" if run.recompute == "selective" and "torchtitan" in run.recompute_detail else run.recompute
     recipe = planner.Recipe(
-        zero=run.zero, recompute=run.recompute, microbatch=microbatch,
+        zero=run.zero, recompute=recompute, microbatch=microbatch, virtual_stages=run.virtual_stages or 1,
         flash=True if run.flash is None else run.flash,
         sequence_parallel=(layout.tp > 1) if run.sequence_parallel is None else run.sequence_parallel,
         overlap=overlap, dropout=bool(run.dropout))
@@ -160,8 +162,12 @@ def assumptions(run: Run) -> list[str]:
         out.append("attention kernel not given: fused (flash)")
     if run.sequence_parallel is None and (run.tp or 1) > 1:
         out.append("sequence parallelism not given: on")
-    if run.virtual_stages is None and (run.pp or 1) > 1 or (run.virtual_stages or 1) > 1:
-        out.append("interleaved pipeline priced as plain 1F1B")
+    if run.virtual_stages is None and (run.pp or 1) > 1:
+        out.append("virtual stages not given: priced as plain 1F1B")
+    if run.model is not None and run.pp and run.model.n_layer % run.pp:
+        out.append(f"{run.model.n_layer} layers over {run.pp} stages: priced as ⌈L/pp⌉ on every stage")
+    if run.recompute == "selective" and "torchtitan" in run.recompute_detail:
+        out.append("torchtitan's per-op selective checkpointing: recompute='op'")
     if run.async_tp:
         out.append("async TP's overlap of TP transfers with matmuls")
     if run.float8:
@@ -171,23 +177,35 @@ def assumptions(run: Run) -> list[str]:
     return out
 
 
-def planner_predictor(run: Run, efficiency: float) -> tuple[float | Missing, float | Missing]:
-    """The planner (``planner.predict`` at ``efficiency``) as a predictor: memory in GB and TFLOP/s
-    per GPU in the run's convention (tokens/s from the step time, converted by
-    :func:`tflops_from_tokens`). A layout the planner rejects is :class:`Inexpressible` with its
-    reason (one it predicts not to fit is still predicted); float8 runs get no throughput."""
+@functools.cache
+def _priced(run: Run) -> tuple[float, float, float, float]:
+    """The planner's view of ``run``, priced once at efficiency 1: (live memory in GB, seconds of
+    compute and bubble per step, seconds of everything else, tokens per GPU per step). Without overlap
+    the compute and the bubble scale as 1/efficiency and the transfers do not depend on it, so any
+    efficiency's step time follows without pricing the run again."""
     model, layout, recipe, batch, cluster = to_planner(run)
-    result = planner.predict(model, layout, recipe, batch, cluster, efficiency)
+    result = planner.predict(model, layout, recipe, batch, cluster, 1.0)
     if not result.time:
         raise Inexpressible(f"the planner: {result.reason}")
+    scaled = result.time["compute"] + result.time["bubble"]
+    return result.memory_gb, scaled, result.step_s - scaled, batch * model.block_size / cluster.gpus
+
+
+def planner_predictor(run: Run, efficiency: float,
+                      allocator_overhead: float = 1.0) -> tuple[float | Missing, float | Missing]:
+    """The planner (``planner.predict`` at ``efficiency``, without overlap) as a predictor: memory in GB
+    (live bytes × ``allocator_overhead``: the published figures are the allocator's reserved peak) and
+    TFLOP/s per GPU in the run's convention (tokens/s from the step time, converted by
+    :func:`tflops_from_tokens`). A layout the planner rejects is :class:`Inexpressible` with its
+    reason (one it predicts not to fit is still predicted); float8 runs get no throughput."""
+    memory_gb, scaled, fixed, tokens = _priced(run)
     if run.float8:
         throughput: float | Missing = Missing("float8 matmuls: the planner prices bf16 only")
     elif run.flops not in CONVENTIONS or run.flops == "none":
         throughput = Missing("the source states no FLOP count")
     else:
-        tokens_per_s = batch * model.block_size / result.step_s / cluster.gpus
-        throughput = tflops_from_tokens(tokens_per_s, model, run.flops)
-    return result.memory_gb, throughput
+        throughput = tflops_from_tokens(tokens / (scaled / efficiency + fixed), run.model, run.flops)
+    return memory_gb * allocator_overhead, throughput
 
 
 def fit_efficiency(runs: Sequence[Run], predictor: Callable = planner_predictor,
@@ -216,6 +234,28 @@ def fit_efficiency(runs: Sequence[Run], predictor: Callable = planner_predictor,
     return (low + high) / 2
 
 
+def fit_allocator(runs: Sequence[Run]) -> float:
+    """Reserved ÷ live: the median of published ÷ predicted live memory over ``runs`` with a published
+    memory the planner can price; ValueError when there is none."""
+    ratios = []
+    for run in runs:
+        if run.memory_gib is None:
+            continue
+        try:
+            live_gb = planner_predictor(run, 0.5)[0]
+        except Inexpressible:
+            continue
+        ratios.append(run.memory_gib / gib_from_gb(live_gb))
+    if not ratios:
+        raise ValueError("none of these runs has a published memory the planner can price")
+    return statistics.median(ratios)
+
+
+def fit_planner(runs: Sequence[Run]) -> tuple[float, float]:
+    """The planner's two fitted scalars on ``runs``: (GEMM efficiency, allocator overhead)."""
+    return fit_efficiency(runs), fit_allocator(runs)
+
+
 # -- the harness ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Comparison:
@@ -226,7 +266,7 @@ class Comparison:
     predicted: float
     published: float
     constant: float | None
-    param: float | None = None      # the fitted scalar used for this run's prediction
+    param: object = None            # the fitted scalar (or tuple of them) used for this run's prediction
 
     @property
     def ratio(self) -> float:
@@ -250,7 +290,7 @@ class Evaluation:
     comparisons: list[Comparison] = field(default_factory=list)
     skipped: list[tuple[Run, str]] = field(default_factory=list)
     missing: list[tuple[Run, str, str]] = field(default_factory=list)
-    params: dict[str, float | str] = field(default_factory=dict)
+    params: dict[str, object] = field(default_factory=dict)
 
     def of(self, quantity: str) -> list[Comparison]:
         return [c for c in self.comparisons if c.quantity == quantity]
@@ -282,8 +322,15 @@ class Evaluation:
                              + ("n/a" if constant is None else f"{constant:.1%}"))
             lines.append("")
         if self.params:
-            lines.append("fitted per held-out source: " + ", ".join(
-                f"{s} {p:.3f}" if isinstance(p, float) else f"{s} ({p})" for s, p in self.params.items()))
+            shown = lambda p: (f"{p:.3f}" if isinstance(p, float) else  # noqa: E731
+                               " / ".join(f"{x:.3f}" for x in p) if isinstance(p, tuple) else f"({p})")
+            fitted = [p for p in self.params.values() if isinstance(p, (float, tuple))]
+            if len(self.params) > 8 and fitted and all(isinstance(p, tuple) for p in fitted):
+                lines.append("fitted with each run held out: " + ", ".join(
+                    f"{min(p[i] for p in fitted):.3f}–{max(p[i] for p in fitted):.3f}" for i in range(len(fitted[0]))))
+            else:
+                lines.append("fitted with each held out: " + ", ".join(f"{k} {shown(p)}"
+                                                                        for k, p in self.params.items()))
         if self.missing:
             lines.append("not predicted:")
             lines += [f"  {run.name} ({quantity}): {why}" for run, quantity, why in self.missing]
@@ -308,28 +355,35 @@ def _loo_constant(runs: Sequence[Run], run: Run, quantity: str) -> float | None:
     return statistics.median(others) if others else None
 
 
-def evaluate(runs: Sequence[Run], predictor: Callable,
-             fit: Callable[[Sequence[Run]], float] | None = None) -> Evaluation:
+def evaluate(runs: Sequence[Run], predictor: Callable, fit: Callable[[Sequence[Run]], object] | None = None,
+             holdout: str = "source") -> Evaluation:
     """Predict every run and put each quantity beside its published value and the leave-one-out
-    constant. Without ``fit``, ``predictor(run)``; with it, ``predictor(run, fit(others))`` where
-    ``others`` are the runs of every *other* source (leave-one-source-out)."""
+    constant. Without ``fit``, ``predictor(run)``; with it, ``predictor(run, fit(others))`` (a tuple
+    from ``fit`` is spread: ``predictor(run, *params)``), ``others`` being the runs of every *other*
+    source (``holdout="source"``) or every other run (``holdout="run"``, as the constant is fitted)."""
+    if holdout not in ("source", "run"):
+        raise ValueError(f"holdout must be 'source' or 'run', got {holdout!r}")
     result = Evaluation()
-    params: dict[str, float | None] = {}
+    params: dict[str, object] = {}
     if fit is not None:
-        for source in dict.fromkeys(r.source for r in runs):
+        groups = (dict.fromkeys(r.source for r in runs) if holdout == "source" else [r.name for r in runs])
+        for key in groups:
             try:
-                params[source] = fit([r for r in runs if r.source != source])
-                result.params[source] = params[source]
+                params[key] = fit([r for r in runs if (r.source if holdout == "source" else r.name) != key])
+                result.params[key] = params[key]
             except ValueError as error:
-                params[source] = None
-                result.params[source] = f"not fitted: {error}"
+                params[key] = None
+                result.params[key] = f"not fitted: {error}"
     for run in runs:
-        param = params.get(run.source)
+        param = params.get(run.source if holdout == "source" else run.name)
         if fit is not None and param is None:
             result.skipped.append((run, "no fitted parameter (see above)"))
             continue
         try:
-            memory_gb, throughput = predictor(run) if fit is None else predictor(run, param)
+            if fit is None:
+                memory_gb, throughput = predictor(run)
+            else:
+                memory_gb, throughput = predictor(run, *param) if isinstance(param, tuple) else predictor(run, param)
         except Inexpressible as error:
             result.skipped.append((run, str(error)))
             continue
@@ -353,9 +407,10 @@ def report(runs: Sequence[Run], predictor: Callable, fit: Callable[[Sequence[Run
 
 
 def starting_point(runs: Sequence[Run] = RUNS) -> str:
-    """The planner as it is, one GEMM efficiency fitted leave-one-source-out, on every published run;
-    then what :func:`to_planner` assumed for each run it compared."""
-    evaluation = evaluate(runs, planner_predictor, fit=fit_efficiency)
+    """The planner with its two scalars (GEMM efficiency, allocator overhead) fitted on every other run
+    (leave-one-run-out, as the constant is), on every published run; then what :func:`to_planner`
+    assumed for each run it compared."""
+    evaluation = evaluate(runs, planner_predictor, fit=fit_planner, holdout="run")
     compared = dict.fromkeys(c.run.name for c in evaluation.comparisons)
     by_name = {r.name: r for r in runs}
     notes = [f"  {name}: {'; '.join(assumptions(by_name[name]))}" for name in compared if assumptions(by_name[name])]

@@ -67,6 +67,7 @@ step 60  ddp_scaling  "$PY" benchmarks/ddp_scaling.py "${SIZE[@]}" --out "$OUT"
 step 60  amp          "$PY" benchmarks/amp.py "${SIZE[@]}" --out "$OUT"
 step 45  step_profile "$PY" benchmarks/step_profile.py "${SIZE[@]}" --out "$OUT"
 step 90  gpt_mfu      "$PY" benchmarks/gpt_mfu.py "${SIZE[@]}" --out "$OUT"
+step 120 gemm_efficiency "$PY" benchmarks/gemm_efficiency.py "${SIZE[@]}" --out "$OUT"   # the planner's GPU curve (bf16, 512-16384)
 step 300 notebooks    env COURSE_PROFILE=$PROFILE "$PY" benchmarks/notebooks.py --torch-only --save "$OUT/chapters" --out "$OUT"
 echo "results in $OUT (log: $LOG)"
 exit $failed

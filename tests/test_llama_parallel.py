@@ -71,11 +71,12 @@ def test_a_wrong_llama_plan_does_not_pass():
     assert min(diff for _, diff, *_ in results) > 1e-3
 
 
-def test_pipeline_of_a_llama_equals_one_process():
-    """PP 2 (1F1B) of the Llama: stages without a position table, each block given the positions.
-    Fails on the old stage (it reached for ``pos_emb``)."""
-    check(launch.run(workers.composed_vs_one_process, 2, plan=cpu_plan(2), args=(composed.Layout(pp=2), "Schedule1F1B"),
-                     kwargs={"llama": True}, output="none"))
+@pytest.mark.parametrize("layout", [composed.Layout(pp=2), composed.Layout(pp=2, tp=2)], ids=str)
+def test_pipeline_of_a_llama_equals_one_process(layout):
+    """PP 2 (1F1B) of the Llama, alone and with TP 2 inside each stage: stages without a position
+    table, each block given the positions. Fails on the old stage (it reached for ``pos_emb``)."""
+    check(launch.run(workers.composed_vs_one_process, layout.world_size, plan=cpu_plan(layout.world_size),
+                     args=(layout, "Schedule1F1B"), kwargs={"llama": True}, output="none"))
 
 
 def test_ring_attention_with_grouped_query_attention_equals_sdpa():

@@ -57,34 +57,41 @@ def stage_layers(n_layer: int, n_stages: int) -> list[range]:
 
 
 class GPTStage(nn.Module):
-    """Some consecutive blocks of a GPT, with the embeddings if they start the model and the final
-    LayerNorm and head if they end it. Blocks sit in a ``ModuleDict`` keyed by their index in the
-    whole model, so every parameter keeps its name (``blocks.3.attn.q.weight``).
+    """Some consecutive blocks of a GPT (or of a ``course_utils.llama.Llama``), with the embeddings if
+    they start the model and the final norm and head if they end it. Blocks sit in a ``ModuleDict``
+    keyed by their index in the whole model, so every parameter keeps its name
+    (``blocks.3.attn.q.weight``). A Llama stage has no position table: each of its blocks gets the
+    tokens' positions (0..T-1; a stage holds whole sequences) and rotates q and k by them.
 
     forward: the first stage takes token ids (B, T) int64, the others activations (B, T, d_model);
     the last stage returns logits (B, T, vocab_size), the others activations (B, T, d_model).
     """
 
-    def __init__(self, model: GPT, layers: range):
+    def __init__(self, model: nn.Module, layers: range):
         super().__init__()
         self.config = model.config
+        self.rope = model.config.positions == "rope"
         self.is_first, self.is_last = layers.start == 0, layers.stop == model.config.n_layer
         if self.is_first:
-            self.tok_emb, self.pos_emb = model.tok_emb, model.pos_emb
+            self.tok_emb = model.tok_emb
+            if not self.rope:
+                self.pos_emb = model.pos_emb
         self.blocks = nn.ModuleDict({str(i): model.blocks[i] for i in layers})
         if self.is_last:
             self.ln_f, self.head = model.ln_f, model.head
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[1], device=x.device)
         if self.is_first:
-            x = self.tok_emb(x) + self.pos_emb(torch.arange(x.shape[1], device=x.device))
+            x = self.tok_emb(x) if self.rope else self.tok_emb(x) + self.pos_emb(positions)
         for block in self.blocks.values():
-            x = block(x)
+            x = block(x, positions) if self.rope else block(x)
         return self.head(self.ln_f(x)) if self.is_last else x
 
 
-def pipeline_stage(model: GPT, stage: int, n_stages: int) -> GPTStage:
-    """Stage ``stage`` of ``n_stages`` of ``model`` (which keeps its weights; the rest is dropped)."""
+def pipeline_stage(model: nn.Module, stage: int, n_stages: int) -> GPTStage:
+    """Stage ``stage`` of ``n_stages`` of ``model`` (a GPT or a Llama, which keeps its weights; the rest
+    is dropped)."""
     return GPTStage(model, stage_layers(model.config.n_layer, n_stages)[stage])
 
 

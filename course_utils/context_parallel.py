@@ -13,8 +13,11 @@ Which positions a rank holds is its *layout*. The sequence is cut into ``2t`` eq
 
 Under a causal mask a chunk attends only to chunks at or before it, so with the contiguous layout
 the last rank does ``4t - 1`` chunk-pairs of work and the first only 3; the zig-zag gives every
-rank ``2t + 1`` (:func:`work`). Shapes: q, k, v are (B, heads, T_local, head_dim), T_local =
-2 x chunk length; the sequence dimension of a full tensor is ``dim``.
+rank ``2t + 1`` (:func:`work`). Shapes: q is (B, heads, T_local, head_dim), T_local = 2 x chunk
+length, and k, v the same with as many heads or fewer (grouped-query attention: the K/V travel at
+their own head count); the sequence dimension of a full tensor is ``dim``. A model with rotary
+positions (``course_utils.llama``) rotates each rank's q and k by the true positions of its
+tokens, :func:`positions`, before they enter the ring.
 """
 from __future__ import annotations
 
@@ -75,27 +78,41 @@ def _accumulate(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
+def _grouped(q, k, v):
+    """q (B, a, c, d) -> (B, g, a/g, c, d) and k, v (B, g, c', d) -> (B, g, 1, c', d): with
+    grouped-query attention (g K/V heads, g dividing a) query head i reads K/V head i // (a/g); the
+    K/V broadcast over their a/g query heads without being copied. g = a: multi-head attention."""
+    g = k.shape[1]
+    return q.unflatten(1, (g, q.shape[1] // g)), k.unsqueeze(2), v.unsqueeze(2)
+
+
 def _attend(q, k, v, diagonal: bool):
     """Softmax attention of one block: output (B, H, c, hd) and log-sum-exp (B, H, c), both in
-    float32 at least (16-bit inputs accumulate in float32, as fused kernels do)."""
+    float32 at least (16-bit inputs accumulate in float32, as fused kernels do). k and v may have
+    fewer heads than q (grouped-query attention, :func:`_grouped`)."""
+    q, k, v = _grouped(q, k, v)
     scores = (q @ k.transpose(-1, -2)).to(_accumulate(q)) * (q.shape[-1] ** -0.5)
     if diagonal:   # the same chunk: query i sees keys 0..i
         scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), -math.inf)
     lse = scores.logsumexp(-1)
-    return (scores - lse[..., None]).exp().to(v.dtype) @ v, lse
+    return ((scores - lse[..., None]).exp().to(v.dtype) @ v).flatten(1, 2), lse.flatten(1, 2)
 
 
 def _attend_backward(q, k, v, lse, dout, delta, diagonal: bool):
     """Gradients of one block, given the *final* log-sum-exp of each query row and
-    ``delta = rowsum(dout * out)``: FlashAttention's backward, one block at a time."""
+    ``delta = rowsum(dout * out)``: FlashAttention's backward, one block at a time. dK and dV come
+    out at k's and v's head count: each K/V head's gradient sums those of the query heads it serves."""
     scale = q.shape[-1] ** -0.5
+    (q, k, v), g = _grouped(q, k, v), k.shape[1]
+    lse, dout, delta = lse.unflatten(1, (g, -1)), dout.unflatten(1, (g, -1)), delta.unflatten(1, (g, -1))
     scores = (q @ k.transpose(-1, -2)).to(_accumulate(q)) * scale
     if diagonal:
         scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), -math.inf)
     p = (scores - lse[..., None]).exp()                       # this block's share of the softmax
-    dv = p.to(dout.dtype).transpose(-1, -2) @ dout
+    dv = (p.to(dout.dtype).transpose(-1, -2) @ dout).sum(2)
     ds = p * ((dout @ v.transpose(-1, -2)).to(p.dtype) - delta[..., None])
-    return (ds.to(q.dtype) @ k) * scale, (ds.to(q.dtype).transpose(-1, -2) @ q) * scale, dv
+    dk = ((ds.to(q.dtype).transpose(-1, -2) @ q) * scale).sum(2)
+    return ((ds.to(q.dtype) @ k) * scale).flatten(1, 2), dk, dv
 
 
 def _rank_and_size(group) -> tuple[int, int]:
@@ -181,11 +198,17 @@ class RingAttention(torch.autograd.Function):
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str = "zigzag",
                    group=None) -> torch.Tensor:
     """Causal attention for this rank's part of the sequence (cut by :func:`shard` with ``layout``):
-    q, k, v (B, heads, T_local, head_dim) -> output of the same shape, equal to this rank's part of
-    ``scaled_dot_product_attention(Q, K, V, is_causal=True)`` on the full sequence. ``group``: the
-    ring's ranks, the context-parallel group of the process grid
+    q (B, a, T_local, head_dim), k and v (B, g, T_local, head_dim) -> output shaped like q, equal to
+    this rank's part of ``scaled_dot_product_attention(Q, K, V, is_causal=True, enable_gqa=g != a)``
+    on the full sequence. g = a: multi-head attention; g < a (g dividing a): grouped-query
+    attention, the K/V travel round the ring at their g heads (messages g/a the size) and each
+    query head reads K/V head i // (a/g) where they arrive. ``group``: the ring's ranks, the
+    context-parallel group of the process grid
     (``course_utils.layout.make_mesh(grid)["cp"].get_group()``); None: every rank."""
     if q.shape[-2] % 2:
         raise ValueError(f"this rank holds {q.shape[-2]} positions; it must hold two equal chunks "
                          f"(cut the sequence with context_parallel.shard)")
+    if k.shape != v.shape or k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"q has {q.shape[1]} heads and k, v shapes {tuple(k.shape)}, {tuple(v.shape)}: k and v "
+                         f"must have the same shape and a number of heads dividing q's (grouped-query attention)")
     return RingAttention.apply(q, k, v, layout, group)

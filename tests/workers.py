@@ -50,8 +50,9 @@ def no_group(rank, world_size):
     return dist.is_initialized(), os.environ["MASTER_ADDR"], int(os.environ["WORLD_SIZE"])
 
 
-def ring_attention_vs_sdpa(rank, world_size, layout, dtype_name="float64"):
-    """Ring attention on this rank's part == its part of full causal SDPA, forward and backward."""
+def ring_attention_vs_sdpa(rank, world_size, layout, dtype_name="float64", kv_heads=3):
+    """Ring attention on this rank's part == its part of full causal SDPA, forward and backward;
+    ``kv_heads`` < 3: grouped-query attention (K/V at their own head count)."""
     import torch
     import torch.nn.functional as F
 
@@ -60,9 +61,10 @@ def ring_attention_vs_sdpa(rank, world_size, layout, dtype_name="float64"):
     dtype = getattr(torch, dtype_name)
     g = torch.Generator().manual_seed(0)
     B, H, T, hd = 2, 3, 8 * world_size, 4
-    q, k, v, dout = (torch.randn(B, H, T, hd, generator=g, dtype=dtype) for _ in range(4))
+    q, k, v, dout = (torch.randn(B, heads, T, hd, generator=g, dtype=dtype)
+                     for heads in (H, kv_heads, kv_heads, H))
     full = [t.clone().requires_grad_() for t in (q, k, v)]
-    ref = F.scaled_dot_product_attention(*full, is_causal=True)
+    ref = F.scaled_dot_product_attention(*full, is_causal=True, enable_gqa=kv_heads != H)
     ref.backward(dout)
     mine = [cp.shard(t, layout, rank, world_size, dim=2).requires_grad_() for t in (q, k, v)]
     out = cp.ring_attention(*mine, layout=layout)
@@ -135,12 +137,41 @@ def expert_parallel_vs_one_process(rank, world_size, n_expert, top_k, capacity_f
     return max(errors), ep.dropped
 
 
+LLAMA = dict(vocab_size=16, block_size=8, n_layer=4, n_head=4, d_model=16, n_kv_head=2, ffn_hidden=24, bias=False,
+             mlp="swiglu", norm="rmsnorm", positions="rope")   # the small Llama of the parallel tests
+
+
+def planted_llama_plan(planted):
+    """Replace ``tensor_parallel.llama_block_plan`` in this process by a wrong one: ``"down_colwise"``
+    (SwiGLU's down split by columns) or ``"kv_whole"`` (k and v left whole on every rank)."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput
+
+    from course_utils import tensor_parallel
+
+    right = tensor_parallel.llama_block_plan
+
+    def wrong(sequence_parallel=False):
+        plan = right(sequence_parallel)
+        if planted == "down_colwise":
+            plan["mlp.down"] = ColwiseParallel()
+        elif planted == "kv_whole":   # and attention's input a plain tensor, so that nothing raises
+            del plan["attn.k"], plan["attn.v"]
+            plan["attn"] = PrepareModuleInput(input_layouts=(Replicate(), None),
+                                              desired_input_layouts=(Replicate(), None), use_local_output=True)
+        else:
+            raise ValueError(f"unknown planted plan {planted!r}")
+        return plan
+    tensor_parallel.llama_block_plan = wrong
+
+
 def composed_vs_one_process(rank, world_size, layout, schedule=None, n_microbatches=2, sequence_parallel=False,
-                            per_block=True, steps=2, n_layer=4):
-    """The GPT trained on ``layout`` (course_utils.composed) for ``steps`` SGD steps == one process on
-    the same global batches. Returns (names of the parameters this rank holds, max |param diff| over
-    them, (this data-parallel slice's losses, one process's) or None where this rank holds no last
-    stage, the collectives of the last step by mesh dimension)."""
+                            per_block=True, steps=2, n_layer=4, llama=False, planted=None):
+    """The GPT (``llama``: the Llama of :data:`LLAMA`) trained on ``layout`` (course_utils.composed) for
+    ``steps`` SGD steps == one process on the same global batches. Returns (names of the parameters
+    this rank holds, max |param diff| over them, (this data-parallel slice's losses, one process's) or
+    None where this rank holds no last stage, the collectives of the last step by mesh dimension).
+    ``planted``: a wrong tensor-parallel plan for the Llama (:func:`planted_llama_plan`)."""
     import torch
     import torch.nn.functional as F
     from torch.distributed.tensor import DTensor
@@ -148,15 +179,20 @@ def composed_vs_one_process(rank, world_size, layout, schedule=None, n_microbatc
     from course_utils import composed
     from course_utils.commcount import Collectives
     from course_utils.gpt import GPT, GPTConfig
+    from course_utils.llama import Llama
 
-    config = GPTConfig(vocab_size=16, block_size=8, n_layer=n_layer, n_head=4, d_model=16)
+    if planted:
+        planted_llama_plan(planted)
+    gpt = dict(vocab_size=16, block_size=8, n_layer=n_layer, n_head=4, d_model=16)
+    config = GPTConfig(**LLAMA) if llama else GPTConfig(**gpt)
+    Model = Llama if llama else GPT
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randint(16, (8, 8), generator=g), torch.randint(16, (8, 8), generator=g)) for _ in range(steps)]
 
     def loss_fn(logits, targets):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
-    ref = GPT(config, seed=1)
+    ref = Model(config, seed=1)
     opt = torch.optim.SGD(ref.parameters(), lr=0.5)
     ref_losses = []
     for x, y in batches:
@@ -167,7 +203,7 @@ def composed_vs_one_process(rank, world_size, layout, schedule=None, n_microbatc
         ref_losses.append(loss.item())
 
     mesh, dp_rank = composed.make_mesh(layout), layout.coords(rank)["dp"]   # losses: this dp rank's slice
-    mine = composed.parallelize(GPT(config, seed=1), layout, mesh, rank, schedule=schedule, loss_fn=loss_fn,
+    mine = composed.parallelize(Model(config, seed=1), layout, mesh, rank, schedule=schedule, loss_fn=loss_fn,
                                 n_microbatches=n_microbatches, per_block=per_block, sequence_parallel=sequence_parallel)
     opt = torch.optim.SGD(mine.parameters(), lr=0.5)
     losses = []
@@ -183,6 +219,52 @@ def composed_vs_one_process(rank, world_size, layout, schedule=None, n_microbatc
     param_diff = max((full[n] - ref_params[n]).abs().max().item() for n in full)
     per_dim = {dim: [c.kind for c in calls] for dim, calls in composed.by_dimension(seen.calls, mesh).items()}
     return sorted(full), param_diff, (losses, ref_losses) if losses else None, per_dim
+
+
+def llama_context_parallel_vs_one_process(rank, world_size, layout="zigzag", n_kv_head=2, true_positions=True):
+    """The Llama of :data:`LLAMA` in float64 with each sequence split over the ranks (ring attention,
+    q and k rotated by each rank's true positions; ``true_positions=False`` plants 0..T_local-1
+    instead): loss and every parameter's gradient == one process. Returns (|loss diff|, max |grad
+    diff|, {"forward", "backward": bytes this rank sent round the ring, every isend counted})."""
+    import functools
+
+    import torch
+    import torch.distributed as dist
+
+    from course_utils import context_parallel as cp
+    from course_utils.llama import Llama
+    from course_utils.shape import GPTConfig
+
+    config = GPTConfig(**{**LLAMA, "n_kv_head": n_kv_head})
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(config.vocab_size, (2, config.block_size), generator=g) for _ in range(2))
+    ref = Llama(config, seed=1).double()
+    _, ref_loss = ref(x, y)
+    ref_loss.backward()
+
+    model = Llama(config, seed=1).double()
+    for block in model.blocks:
+        block.attn.attend = functools.partial(cp.ring_attention, layout=layout)
+    mine = [cp.shard(t, layout, rank, world_size, dim=1) for t in (x, y)]
+    positions = cp.positions(config.block_size, layout, rank, world_size) if true_positions else None
+    sent, phase, real = {"forward": 0, "backward": 0}, ["forward"], dist.batch_isend_irecv
+
+    def counting(ops):
+        sent[phase[0]] += sum(op.tensor.numel() * op.tensor.element_size() for op in ops if op.op is dist.isend)
+        return real(ops)
+    dist.batch_isend_irecv = counting
+    try:
+        _, loss = model(*mine, positions=positions)     # the mean over this rank's tokens
+        phase[0] = "backward"
+        (loss / world_size).backward()                  # the sequence's mean: the ranks' average
+    finally:
+        dist.batch_isend_irecv = real
+    for p in model.parameters():                        # every rank holds every weight: add the parts
+        dist.all_reduce(p.grad)
+    dist.all_reduce(loss := loss.detach() / world_size)
+    ref_grads = {n: p.grad for n, p in ref.named_parameters()}
+    grad_diff = max((p.grad - ref_grads[n]).abs().max().item() for n, p in model.named_parameters())
+    return abs(loss.item() - ref_loss.item()), grad_diff, sent
 
 
 def finishes_unevenly(rank, world_size, log_dir):

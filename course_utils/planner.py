@@ -125,6 +125,15 @@ CP_ALL_GATHERS = {"none": 3, "full": 4}
 backward 2 (K and V passed around the ring again, and the reduce-scatter of dK and dV); 4 with full
 recomputation (the forward again). ``recompute="selective"`` counts as "none": the backward's ring
 already brings K and V back."""
+FSDP_ACCUMULATED_GRAD_BYTES = 4
+"""Bytes per parameter of the unsharded gradients a pipeline stage under FSDP2 accumulates between
+microbatches: with gradient sync off, FSDP2 keeps them in its reduce dtype, float32 in mixed precision
+(``torch.distributed.fsdp``'s ``FSDPParam.to_accumulated_grad_if_needed``)."""
+LOSS_PARALLEL_GRADIENTS = 3
+"""Float32 N·V/t tensors beside the kept log-probabilities at the peak of a vocabulary-parallel loss's
+backward (``torch.distributed.tensor.parallel.loss_parallel``: ``_nll_loss_and_log_softmax_backward``
+holds a zeroed gradient, their sum with exp(x) and the product with the incoming gradient); the
+single-device loss holds two (chapter 13 measures it)."""
 LOSS_BYTES_PER_LOGIT = 4
 """fp32: the cross-entropy keeps its logits (log-probabilities) in fp32 for backward."""
 
@@ -355,10 +364,12 @@ def logits_bytes(model: GPTConfig, layout: Layout, recipe: Recipe) -> dict[str, 
     4·s·b·V/(tp·cp) ("logits"), and, during log-softmax's backward, the two fp32 gradients alive beside
     them — of the log-probabilities and of the logits — twice that ("logits gradient"): 3·4·N·V bytes
     for N tokens, PyTorch's ``cross_entropy`` on logits cast to fp32, as chapter 13 measures
-    (``accounting.peak_tensor_bytes``). Megatron-LM's fused vocabulary-parallel cross-entropy writes
-    the gradient in place of what it kept, which would cut this to a third."""
+    (``accounting.peak_tensor_bytes``). Split over tp > 1 ranks by vocabulary, PyTorch's
+    ``loss_parallel`` holds three gradients' worth beside the log-probabilities at its backward's
+    peak (:data:`LOSS_PARALLEL_GRADIENTS`). Megatron-LM's fused vocabulary-parallel cross-entropy
+    writes the gradient in place of what it kept, which would cut this to a third."""
     kept = LOSS_BYTES_PER_LOGIT * model.block_size * recipe.microbatch * model.vocab_size / (layout.tp * layout.cp)
-    return {"logits": kept, "logits gradient": 2 * kept}
+    return {"logits": kept, "logits gradient": (LOSS_PARALLEL_GRADIENTS if layout.tp > 1 else 2) * kept}
 
 
 def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *,
@@ -378,6 +389,8 @@ def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *
     state = {}
     for name, nbytes, cut in zip(("weights", "gradients", "optimizer"), BYTES_PER_PARAM, sharded):
         cut = cut and not (unsharded_stage and name != "optimizer")
+        if unsharded_stage and name == "gradients":
+            nbytes = FSDP_ACCUMULATED_GRAD_BYTES
         state[name] = (dense / (replicas if cut else 1) + experts / (replicas // layout.ep if cut else 1)) * nbytes
     if recipe.zero == 3 and p == 1:   # FSDP gathers one unit at a time, the next one prefetched
         biggest = max(sum(model.block_params()) / layout.ep, model.vocab_size * model.d_model) / t

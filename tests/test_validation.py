@@ -179,3 +179,67 @@ def test_the_runs_and_the_harness_import_no_torch():
     code = ("import sys; from course_utils import published_runs, validation; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_holdout_run_fits_on_every_other_run_only():
+    """holdout="run": the scalar for each run is fitted on all the *other* runs (as the constant is),
+    whatever their source; the constant is the same leave-one-out median either way."""
+    seen = []
+
+    def fit(runs):
+        seen.append(sorted(r.name for r in runs))
+        return float(len(seen))               # 1.0, 2.0, 3.0: which fit served which run
+
+    got = validation.evaluate(RUNS, lambda run, p: (None, p), fit=fit, holdout="run")
+    assert seen == [["y", "z"], ["x", "z"], ["x", "y"]]
+    assert got.params == {"x": 1.0, "y": 2.0, "z": 3.0}
+    assert [(c.run.name, c.predicted, c.param) for c in got.of("throughput")] == [
+        ("x", 1.0, 1.0), ("y", 2.0, 2.0), ("z", 3.0, 3.0)]
+    plain = validation.evaluate(RUNS, perfect)
+    assert [c.constant for c in got.of("throughput")] == [c.constant for c in plain.of("throughput")]
+    with pytest.raises(ValueError, match="holdout must be 'source' or 'run'"):
+        validation.evaluate(RUNS, perfect, fit=fit, holdout="rows")
+
+
+def test_a_tuple_from_fit_is_spread_into_the_predictor():
+    """fit → (a, b): predictor(run, a, b); the comparison records the tuple and the report shows it."""
+    def fit(runs):
+        return float(len(runs)), 10.0
+
+    def predictor(run, scale, memory_gb):        # a predictor of two fitted scalars, like the planner's
+        return memory_gb, scale
+
+    got = validation.evaluate(RUNS, predictor, fit=fit, holdout="run")
+    assert [(c.run.name, c.predicted, c.param) for c in got.of("throughput")] == [
+        ("x", 2.0, (2.0, 10.0)), ("y", 2.0, (2.0, 10.0)), ("z", 2.0, (2.0, 10.0))]
+    assert all(c.predicted == pytest.approx(10.0 * 1e9 / GIB) for c in got.of("memory"))   # 10 GB in GiB
+    assert "x 2.000 / 10.000" in got.report()
+
+
+def test_the_planner_fitted_leave_one_run_out_beats_the_constant_on_throughput():
+    """starting_point()'s evaluation: the planner with (efficiency, allocator overhead) fitted on every
+    other run. Throughput: median |error| below the leave-one-out constant's and below 15 %. Memory:
+    below 15 % (the allocator overhead fitted; with reserved = live it was 19.6 % at 0a1984b). The printed
+    table is this evaluation's."""
+    got = validation.evaluate(P.RUNS, validation.planner_predictor, fit=validation.fit_planner, holdout="run")
+    medians = {q: (got.median_error(q), got.constant_median_error(q)) for q in ("memory", "throughput")}
+    shown = ", ".join(f"{q}: planner {p:.1%}, constant {c:.1%} over {len(got.of(q))} runs"
+                      for q, (p, c) in medians.items())
+    planned, constant = medians["throughput"]
+    assert planned < constant and planned < 0.15, shown
+    assert medians["memory"][0] < 0.15, shown
+    assert len(got.of("memory")) >= 10 and len(got.of("throughput")) >= 10, shown
+    printed = validation.starting_point()
+    for q, (p, c) in medians.items():
+        assert f"median |error|: predictor {p:.1%}, leave-one-out constant {c:.1%}" in printed, q
+    assert "fitted with each run held out: " in printed
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 40's 'Done when' not met yet (reported): on memory the planner (12.4 % median |error| at "
+    "0a1984b) does not beat the leave-one-out constant (9.6 %); the torchtitan 70B/405B runs read "
+    "0.72-0.84, trainy's 1.46-1.47"))
+def test_the_planner_fitted_leave_one_run_out_beats_the_constant_on_memory():
+    got = validation.evaluate(P.RUNS, validation.planner_predictor, fit=validation.fit_planner, holdout="run")
+    planned, constant = got.median_error("memory"), got.constant_median_error("memory")
+    assert planned < constant, f"memory: planner {planned:.1%}, constant {constant:.1%}"

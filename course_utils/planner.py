@@ -25,7 +25,10 @@ t = tp, c = cp, p = pp, m = B/(dp·b) microbatches per step.
   for the whole schedule, and its gradients accumulate unsharded until the last microbatch
   (``torch.distributed.pipelining``'s stage sets ``reshard_after_backward(False)`` and
   ``requires_gradient_sync(False)``; chapter 16 shows why one unit per stage): the stage's bf16
-  weights and gradients are charged whole, only the optimizer state is sharded.
+  weights are charged whole, and its gradients whole in fp32 (FSDP2 accumulates them in its reduce
+  dtype while sync is off: :data:`FSDP_ACCUMULATED_GRAD_BYTES`); only the optimizer state is sharded.
+  *ZeRO-3 without a pipeline* adds the units being gathered: two (one in use, the next prefetched) of
+  the largest, a block or the V·h head, in bf16 ("gathered").
 - *activations* per layer and microbatch (:func:`layer_activations`), 16-bit: with a fused (flash)
   attention kernel and no dropout, 2·s·b·(outside/(t if SP else 1) + inside/t)/c bytes, the values
   per token of ``accounting.block_saved_values`` (outside: the norms' inputs and outputs, copies on
@@ -40,11 +43,17 @@ t = tp, c = cp, p = pp, m = B/(dp·b) microbatches per step.
   recomputed in backward) removes the a·s² term; with ``flash`` it changes nothing: the fused kernel
   keeps no scores and already recomputes them in its backward. ``recompute="full"`` keeps each
   layer's input, 2·s·b·h/((t if SP else 1)·c), and one layer's activations while it is recomputed.
+  ``recompute="op"`` is torchtitan's per-op policy (:func:`op_checkpointing`: the block's input, the
+  attention kernel's output, the reduce-scatters' outputs and every odd-numbered matmul's output kept).
+  An uneven split prices every stage at ⌈L/p⌉ blocks (:func:`stage_blocks`).
   Under 1F1B stage i holds p − i microbatches of its L/p layers at its peak: the first stage L
   layers' worth, the last L/p.
+- *the peak* under full recomputation is the loss's backward or one layer's recomputation, whichever
+  is larger (the two never coincide).
 - *the loss* (last stage, :func:`logits_bytes`): the fp32 logits the cross-entropy keeps,
-  4·s·b·V/(t·c) ("logits"), and their fp32 gradient, as much again ("logits gradient"), alive at the
-  loss's backward, when the last stage peaks.
+  4·s·b·V/(t·c) ("logits"), and beside them at the loss's backward two fp32 gradients of that size
+  ("logits gradient"; chapter 13 measures 3·4·N·V in all), three with a vocabulary-parallel loss
+  (t > 1, PyTorch's ``loss_parallel``: :data:`LOSS_PARALLEL_GRADIENTS`).
 - *reserved vs live*: published runs report the allocator's reserved peak
   (``torch.cuda.max_memory_reserved``), which exceeds the live bytes by the caching allocator's
   fragmentation and rounding; ``allocator_overhead`` (reserved ÷ live, default 1.0 = live bytes)
@@ -61,8 +70,11 @@ t = tp, c = cp, p = pp, m = B/(dp·b) microbatches per step.
   microbatches; the head's time shared over the stages, as the FLOP count shares it). A
   GemmEfficiency of constant η gives the constant's time exactly (when
   t ≤ g; with t > g each rank computes a copy of one K/V head's projections).
-- *bubble*: (p − 1)/m of the compute (1F1B).
-- *tensor parallel*: per layer and microbatch, 2 all-reduces forward and 2 backward of s·b·h·2/c
+- *bubble*: (p − 1)/(v·m) of the compute (1F1B; v = ``virtual_stages`` > 1: Megatron's interleaved
+  schedule, v times the pipeline sends, Narayanan et al. 2021 §2.2.2). With an uneven split the
+  blocks' FLOPs are priced at the fullest stage's ⌈L/p⌉·p/L.
+- *tensor parallel* (with ``recompute="op"`` the backward runs the unsaved all-gathers, or without
+  SP all-reduces, again: 5 or 6 in all): per layer and microbatch, 2 all-reduces forward and 2 backward of s·b·h·2/c
   bytes (2 more when recomputing fully) — Megatron's TP without sequence parallelism; with it the
   same bytes move as all-gather/reduce-scatter pairs (an all-reduce *is* a reduce-scatter and an
   all-gather), so the time is the same either way. Never overlapped (each collective sits between
@@ -241,8 +253,9 @@ def _check(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, 
     if model.n_layer < layout.pp * recipe.virtual_stages:
         return (f"{model.n_layer} layers cannot fill pp={layout.pp} stages × {recipe.virtual_stages} "
                 f"virtual stages")
-    if recipe.recompute == "op" and (model.n_expert or not recipe.flash):
-        return "recompute='op' (torchtitan's per-op policy) is modelled for dense models with a fused attention"
+    if recipe.recompute == "op" and (model.n_expert or not recipe.flash or model.bias):
+        return ("recompute='op' (torchtitan's per-op policy) is modelled for dense, bias-free models with a "
+                "fused attention")
     b = recipe.microbatch
     if global_batch % (layout.dp * b):
         return f"a batch of {global_batch} does not split into dp={layout.dp} × microbatches of {b}"
@@ -339,20 +352,17 @@ def op_checkpointing(model: GPTConfig, layout: Layout, recipe: Recipe) -> tuple[
     """torchtitan's per-op selective checkpointing (``recompute="op"``) of one dense block: (values per
     token kept for backward, forward FLOPs per token recomputed). Kept: the block's input (÷ t with
     SP), the attention kernel's output and log-sum-exp (a/t fp32 values: 2 per head in 16-bit units),
-    the reduce-scatters' outputs (h/t each, two, with SP and t > 1), and every second matmul's output —
-    counted from the first matmul of the run, so with an odd number of matmuls per block (7 in a
-    SwiGLU block) the saved set alternates between steps: the larger one is kept at the peak, and
-    half of all matmul FLOPs are recomputed on average (torchtitan ``_apply_ac_to_transformer_block``,
-    ``_save_list``, commit 9dec370)."""
+    the reduce-scatters' outputs (h/t each, two, with SP and t > 1), and the output of every second
+    matmul, counted afresh in each block's forward: the 1st, 3rd, 5th… (q, v, gate, down in a SwiGLU
+    block) are kept, the others (k, proj, up) recomputed in backward (torchtitan
+    ``_apply_ac_to_transformer_block``, ``_save_list``, commit 9dec370: the policy's counter lives in
+    one checkpointed call). Matmuls with a bias run as ``addmm``, which the policy neither counts nor
+    saves: only bias-free blocks are modelled."""
     t = layout.tp
     sp = t if recipe.sequence_parallel else 1
     mms = block_matmuls(model, layout)
-    odd, even = mms[0::2], mms[1::2]
-    if len(mms) % 2:
-        kept_mm = max(sum(out for _, out, _ in odd), sum(out for _, out, _ in even))
-        recomputed = sum(flops for *_, flops in mms) / 2
-    else:
-        kept_mm, recomputed = sum(out for _, out, _ in odd), sum(flops for *_, flops in even)
+    kept_mm = sum(out for _, out, _ in mms[0::2])
+    recomputed = sum(flops for *_, flops in mms[1::2])
     attention = model.n_head * model.head_dim / t + 2 * model.n_head / t
     scattered = 2 * model.d_model / t if recipe.sequence_parallel and t > 1 else 0
     return model.d_model / sp + kept_mm + attention + scattered, recomputed
@@ -393,7 +403,8 @@ def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *
             nbytes = FSDP_ACCUMULATED_GRAD_BYTES
         state[name] = (dense / (replicas if cut else 1) + experts / (replicas // layout.ep if cut else 1)) * nbytes
     if recipe.zero == 3 and p == 1:   # FSDP gathers one unit at a time, the next one prefetched
-        biggest = max(sum(model.block_params()) / layout.ep, model.vocab_size * model.d_model) / t
+        dense_block, experts_block = model.block_params()      # a GPU gathers its E/ep experts only
+        biggest = max(dense_block + experts_block / layout.ep, model.vocab_size * model.d_model) / t
         state["gathered"] = 2 * 2 * biggest
     in_flight = p - stage                             # 1F1B: microbatches this stage holds at its peak
     v = recipe.virtual_stages
@@ -491,11 +502,12 @@ def _compute(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int
     extra = attention_forward if (recipe.recompute == "selective" and not recipe.flash) else 0
     if recipe.recompute == "op":          # every second matmul's forward again (per token, all ranks)
         extra = model.n_layer * layout.tp * op_checkpointing(model, layout, recipe)[1]
-    uneven = stage_blocks(model, layout) * layout.pp / model.n_layer   # the slowest stage's share
+    uneven = stage_blocks(model, layout) * layout.pp / model.n_layer   # the slowest stage's blocks
     if not isinstance(efficiency, GemmEfficiency):
         passes = 4 / 3 if recipe.recompute == "full" else 1.0            # one more forward
-        return ((model.flops_per_token * passes + extra) * uneven * global_batch * s / n
-                / (efficiency * cluster.peak_tflops * 1e12))
+        head = 6 * model.d_model * model.vocab_size * passes             # shared over the stages
+        per_token = (model.flops_per_token * passes + extra - head) * uneven + head
+        return per_token * global_batch * s / n / (efficiency * cluster.peak_tflops * 1e12)
     layer = layer_seconds(model, layout, recipe, cluster, efficiency)
     tokens = b * s // layout.cp
     head = [("head", tokens, model.vocab_size // layout.tp, model.d_model, 1.0)]
@@ -504,10 +516,11 @@ def _compute(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int
     per_microbatch = blocks * (layer["forward"] + layer["backward"]) + (head_fwd + head_bwd) / layout.pp
     if recipe.recompute == "full":
         per_microbatch += blocks * layer["forward"] + head_fwd / layout.pp
-    elif recipe.recompute == "op":        # the recomputed matmuls' share of the layer's forward
+    elif recipe.recompute == "op":        # the recomputed matmuls' share of the block's matmuls
         mms = block_matmuls(model, layout)
-        per_microbatch += blocks * layer["forward"] * op_checkpointing(model, layout, recipe)[1] / sum(
-            flops for *_, flops in mms)
+        matmuls = [g for g in layer_gemms(model, layout, recipe) if g[0] not in ("scores", "weighted v")]
+        per_microbatch += blocks * _pass_seconds(matmuls, cluster, efficiency)[0] * op_checkpointing(
+            model, layout, recipe)[1] / sum(flops for *_, flops in mms)
     elif extra:
         per_microbatch += blocks * layer["attention step"] * layout.cp
     return m * per_microbatch
@@ -536,7 +549,10 @@ def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: in
     layer_passes = blocks * m                                          # (layer, microbatch) pairs per step
     redo = recipe.recompute == "full"
     # TP: 2 all-reduces forward and 2 backward per layer (with SP: all-gather + reduce-scatter pairs, same bytes)
-    tp = layer_passes * (6 if redo else 4) * ring(s * b * h * 2 / c, t, True)
+    # recompute="op" saves the reduce-scatters but not the all-gathers (SP) or all-reduces (no SP): the
+    # backward's recomputation runs those again — one more all-reduce's worth with SP, two without
+    again = 2 if redo else {True: 1, False: 2}[recipe.sequence_parallel] if recipe.recompute == "op" else 0
+    tp = layer_passes * (4 + again) * ring(s * b * h * 2 / c, t, True)
     # CP: the ring passes K and V of this rank's K/V heads; forward 1, backward 2 (K, V again; dK, dV)
     kv = 2 * s * b * max(model.kv_heads // t, 1) * model.head_dim * 2  # K and V of a whole sequence, bf16
     cp_each = costmodel.collective_time("all_gather", kv * (c - 1) / c, c, cluster.alpha_s, 1 / link(t * c <= node))
@@ -570,9 +586,10 @@ def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: in
             bwd = gather + (blocks - 1) * max(0.0, gather - layer["backward"])
             exposed += fwd if p > 1 else m * (fwd + bwd)
         dp_parts = {"exposed": exposed}
-        if p > 1:
-            pp = 2 * hop + (m - 1) * (max(0.0, hop - blocks * layer["forward"])
-                                      + max(0.0, hop - blocks * layer["backward"]))
+        if p > 1:                  # each send behind the next chunk's compute (v chunks of blocks/v)
+            chunk = blocks / v
+            pp = 2 * hop + (m * v - 1) * (max(0.0, hop - chunk * layer["forward"])
+                                          + max(0.0, hop - chunk * layer["backward"]))
     return {"compute": compute, "bubble": compute * (p - 1) / (v * m), "tensor parallel": tp,
             "context parallel": cp, "expert parallel": ep, "data parallel": sum(dp_parts.values()), "pipeline": pp}
 

@@ -483,12 +483,6 @@ def test_op_checkpointing_of_a_llama_block_keeps_the_odd_matmuls():
     assert planner.memory(LLAMA_SMALL, Layout(tp=2, cp=2), replace(op, microbatch=b))["activations"] == 2 * got
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG in planner.op_checkpointing (reported to the lead): torchtitan's mm counter restarts in every "
-    "block (`meta = defaultdict(int)` inside `selective_checkpointing_context_fn`, called once per "
-    "checkpointed forward), so a SwiGLU block always recomputes k, proj and up — not half of all its "
-    "matmul FLOPs, which overcharges h·f/t FLOPs per token and layer. Checked with torch.utils.checkpoint "
-    "and torchtitan's policy on CPU: the saved mms are 1, 3, 5, 7 in every block and on every step."))
 def test_op_checkpointing_of_a_llama_block_recomputes_k_proj_and_up():
     """Recomputed forward FLOPs per token: t = 1, k 2·64·16 + proj 2·64·64 + up 2·64·192 = 34,816 (half of
     all seven, 47,104, is what the planner charges); t = 2, 1,024 + 4,096 + 12,288 = 17,408 per rank.
@@ -519,14 +513,8 @@ def test_op_checkpointing_adds_the_recomputed_matmuls_to_the_compute():
 
 
 @pytest.mark.parametrize("model, layout, recipe", [
-    pytest.param(LLAMA_SMALL, Layout(tp=2), Recipe(recompute="op"), marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG in planner._compute (reported): with a GemmEfficiency, recompute='op' charges the recomputed "
-        "share of the layer's *whole* forward, attention core (scores, weighted v) included, while the "
-        "constant path charges the recomputed matmuls only: 14.8 % vs 11.0 % extra here"))),
-    pytest.param(GPTConfig(vocab_size=256, block_size=128, n_layer=6, n_head=4, d_model=64), Layout(pp=4), Recipe(),
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "inconsistency in planner._compute (reported): an uneven split scales the head's FLOPs by "
-                     "⌈L/p⌉·p/L in the constant path but not in the GemmEfficiency path (1 % apart here)"))),
+    (LLAMA_SMALL, Layout(tp=2), Recipe(recompute="op")),
+    (GPTConfig(vocab_size=256, block_size=128, n_layer=6, n_head=4, d_model=64), Layout(pp=4), Recipe()),
 ])
 def test_a_constant_gemm_efficiency_prices_the_new_recipes_like_the_constant(model, layout, recipe):
     """As test_a_constant_gemm_efficiency_prices_like_the_constant, for the recipes added since."""
@@ -564,7 +552,8 @@ def test_an_uneven_split_is_priced_as_its_fullest_stage():
     cluster = planner.Cluster(gpus=4)
     per_gpu = 8 * 128 / 4 / (0.5 * 989e12)                  # B·s / n tokens, at 0.5 × peak
     six, eight = (planner.step_time(m, layout, recipe, 8, cluster, 0.5) for m in (SIX, EIGHT))
-    assert six["compute"] == pytest.approx(SIX.flops_per_token * 8 / 6 * per_gpu)
+    head = 6 * 64 * 256                                        # the head's FLOPs per token, not scaled
+    assert six["compute"] == pytest.approx(((SIX.flops_per_token - head) * 8 / 6 + head) * per_gpu)
     assert eight["compute"] == pytest.approx(EIGHT.flops_per_token * per_gpu)
     # the transfers follow the blocks on the busiest stage: tp's per-layer all-reduces as for 8 layers
     tp = {m.n_layer: planner.step_time(m, Layout(tp=2, pp=4), recipe, 8, planner.Cluster(gpus=8), 0.5)
@@ -647,13 +636,20 @@ def test_zero3_without_a_pipeline_gathers_two_of_its_largest_unit():
         assert "gathered" not in planner.stage_memory(WIDE, Layout(dp=2, pp=2), Recipe(zero=3), stage)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG in planner.stage_memory (reported): the gathered unit of a MoE block divides the block's dense "
-    "part (attention, norms, router) by ep too: max(sum(block_params()) / ep, V·h); a GPU gathers the "
-    "dense part whole and its E/ep experts"))
 def test_zero3_gathers_a_moe_block_with_its_own_experts_only():
     """E = 4 experts over ep = 2: the block's dense part 17,152 whole, its experts 4·(8h² + 5h) = 132,352
     ÷ 2: a unit of 83,328 parameters, two of them in bf16 (the planner says 2·2·149,504/2 = 299,008)."""
     moe = GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=4, d_model=64, n_expert=4)
     assert moe.block_params() == (17_152, 132_352)
     assert planner.memory(moe, Layout(dp=2, ep=2), Recipe(zero=3))["gathered"] == 2 * 2 * (17_152 + 132_352 / 2)
+
+
+def test_op_checkpointing_runs_the_unsaved_tensor_parallel_collectives_again():
+    """torchtitan's per-op policy saves reduce-scatters, not all-gathers or all-reduces: the backward's
+    recomputation issues SP's 2 all-gathers again (one all-reduce's worth: 5 instead of 4 per layer and
+    microbatch) or, without SP, the 2 all-reduces (6). Fails if "op" is charged like "none"."""
+    cluster = planner.Cluster(gpus=2)
+    for sp, count in ((True, 5), (False, 6)):
+        none, op = (planner.step_time(LLAMA_SMALL, Layout(tp=2), Recipe(recompute=r, sequence_parallel=sp), 4,
+                                      cluster, 0.5)["tensor parallel"] for r in ("none", "op"))
+        assert op == pytest.approx(none * count / 4)

@@ -235,10 +235,6 @@ def test_the_planner_fitted_leave_one_run_out_beats_the_constant_on_throughput()
     assert "fitted with each run held out: " in printed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 40's 'Done when' not met yet (reported): on memory the planner (12.4 % median |error| at "
-    "0a1984b) does not beat the leave-one-out constant (9.6 %); the torchtitan 70B/405B runs read "
-    "0.72-0.84, trainy's 1.46-1.47"))
 def test_the_planner_fitted_leave_one_run_out_beats_the_constant_on_memory():
     got = validation.evaluate(P.RUNS, validation.planner_predictor, fit=validation.fit_planner, holdout="run")
     planned, constant = got.median_error("memory"), got.constant_median_error("memory")

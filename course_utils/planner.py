@@ -45,7 +45,8 @@ t = tp, c = cp, p = pp, m = B/(dp·b) microbatches per step.
   layer's input, 2·s·b·h/((t if SP else 1)·c), and one layer's activations while it is recomputed.
   ``recompute="op"`` is torchtitan's per-op policy (:func:`op_checkpointing`: the block's input, the
   attention kernel's output, the reduce-scatters' outputs and every odd-numbered matmul's output kept).
-  An uneven split prices every stage at ⌈L/p⌉ blocks (:func:`stage_blocks`).
+  An uneven split gives the middle stages the extra layers (:func:`stage_layers`, torchtitan's and
+  Llama 3's rule); the fullest stage sets the pace.
   Under 1F1B stage i holds p − i microbatches of its L/p layers at its peak: the first stage L
   layers' worth, the last L/p.
 - *the peak* under full recomputation is the loss's backward or one layer's recomputation, whichever
@@ -80,12 +81,15 @@ t = tp, c = cp, p = pp, m = B/(dp·b) microbatches per step.
   all-gather), so the time is the same either way. Never overlapped (each collective sits between
   two matmuls that need its result).
 - *context parallel*: the ring passes the K and V of this rank's g/t K/V heads (one head when t > g):
-  kv = 2·s·b·(g/t)·d·2 bytes per sequence, each rank sending (c − 1)/c of it per all-gather
-  equivalent; 3 per layer and microbatch (forward K, V; backward K, V again and the reduce-scatter
-  of dK, dV), 4 with full recomputation (:data:`CP_ALL_GATHERS`).
+  kv = 2·s·b·(g/t)·d·2 bytes per sequence, sent in chunks of kv/c, one hop each (α + kv/c ÷
+  bandwidth); 3(c − 1) + 1 of them per layer and microbatch (:func:`cp_ring_messages`: forward K, V;
+  backward K, V again and dK, dV with them, one hop more home), 4(c − 1) + 1 with full
+  recomputation. This is the course's ring (chapter 14) and Llama 3's all-gather design in bytes;
+  torchtitan at 9dec370 repeats K/V to all a heads before attention, so its ring carries a/t heads.
 - *expert parallel*: the all-to-alls of each rank's k·s·b·h·2/(t·c) routed bytes (dispatch and
   combine, forward and backward; 6 with full recomputation). Never overlapped.
-- *data parallel*: the stage's gradient all-reduce (ZeRO 0–2); ZeRO-3: a reduce-scatter of the
+- *data parallel* (gradients at ``grad_reduce_bytes`` each, weights in bf16): the stage's gradient
+  all-reduce (ZeRO 0–2); ZeRO-3: a reduce-scatter of the
   gradients and, per microbatch, a forward and a backward all-gather of the weights (0.5 + m
   all-reduces' worth); ZeRO-3 under a pipeline: one all-gather per step (the stage stays gathered).
 - *pipeline*: one send of s·b·h·2/(t·c) bytes per microbatch and stage boundary each way.
@@ -105,9 +109,9 @@ backward seconds, F and 2F with a constant efficiency; ℓ = L/p layers on the s
 - *ZeRO-3 all-gathers*: each layer's gather (G = the gather's time / ℓ) is prefetched behind the
   previous layer's compute: per forward or backward pass, G (the first layer's) + (ℓ − 1)·max(0,
   G − the layer's compute of that pass); per microbatch (pp = 1) or once per step (pp > 1).
-- *CP ring*: each of the c − 1 ring steps' transfer (α + its chunk's bytes ÷ bandwidth) runs beside
-  the attention core of the step before (the forward core ÷ c; backward: twice the bytes beside
-  twice the compute): exposed = (all-gather-equivalents)·(c − 1)·max(0, step transfer − step compute).
+- *CP ring*: each message (α + a chunk's bytes ÷ bandwidth) runs beside a ring step's attention core
+  (the forward core ÷ c), except dK and dV's last hop home, which nothing follows: exposed =
+  (messages − 1)·max(0, message − step compute) + one message.
 - *PP sends*: each hides behind the next microbatch's compute of the stage, except the first forward
   and the last backward send (the fill and drain): 2·τ + (m − 1)·(max(0, τ − ℓ·F) + max(0, τ − ℓ·B)),
   τ one send's time.
@@ -117,7 +121,7 @@ backward seconds, F and 2F with a constant efficiency; ℓ = L/p layers on the s
 MFU = model FLOPs (without recomputation) per second ÷ (n × peak). ``efficiency`` is the fraction of
 peak a GPU reaches on this model's matrix multiplies: an input (a constant, or a fitted
 ``gemm_efficiency`` curve measured by ``benchmarks/gemm_efficiency.py``), not a prediction. Left out:
-capacity factors and load imbalance between experts, interleaved and zero-bubble schedules, HSDP,
+capacity factors and load imbalance between experts, zero-bubble schedules, HSDP,
 activation offloading, NCCL's buffers.
 """
 from __future__ import annotations
@@ -132,11 +136,13 @@ from .shape import GPTConfig
 
 BYTES_PER_PARAM = costmodel.BYTES_PER_PARAM[("amp", "adam")]   # (weights, gradients, optimizer state)
 RECOMPUTE = ("none", "selective", "op", "full")
-CP_ALL_GATHERS = {"none": 3, "full": 4}
-"""All-gather-equivalents of K and V per layer and microbatch under context parallelism: forward 1,
-backward 2 (K and V passed around the ring again, and the reduce-scatter of dK and dV); 4 with full
-recomputation (the forward again). ``recompute="selective"`` counts as "none": the backward's ring
-already brings K and V back."""
+def cp_ring_messages(cp: int, recompute: str = "none") -> int:
+    """Messages each rank sends per layer and microbatch in the ring of ``cp`` ranks, each one chunk of
+    K and V (1/cp of the sequence's): forward cp − 1; backward 2(cp − 1) + 1 — K and V around the ring
+    again, and dK, dV travelling with them and one more hop home (chapter 14 counts exactly this); with
+    full recomputation the forward's cp − 1 again. Other recomputation modes keep the attention output:
+    the backward's ring brings K and V back anyway."""
+    return 3 * (cp - 1) + 1 + (cp - 1 if recompute == "full" else 0) if cp > 1 else 0
 FSDP_ACCUMULATED_GRAD_BYTES = 4
 """Bytes per parameter of the unsharded gradients a pipeline stage under FSDP2 accumulates between
 microbatches: with gradient sync off, FSDP2 keeps them in its reduce dtype, float32 in mixed precision
@@ -165,9 +171,10 @@ class Cluster:
     alpha_s: float = 5e-6
 
 
-H100 = dict(hbm_gb=80.0, peak_tflops=989.0, nvlink_gbps=450.0, ib_gbps=50.0)    # 8 × 400 Gb/s per node
+HBM_80GB = 80 * 2**30 / 1e9      # the "80 GB" cards hold 80 GiB: 85.9 × 10⁹ bytes (the planner's GB)
+H100 = dict(hbm_gb=HBM_80GB, peak_tflops=989.0, nvlink_gbps=450.0, ib_gbps=50.0)    # 8 × 400 Gb/s per node
 H200 = dict(hbm_gb=141.0, peak_tflops=989.0, nvlink_gbps=450.0, ib_gbps=50.0)
-A100 = dict(hbm_gb=80.0, peak_tflops=312.0, nvlink_gbps=300.0, ib_gbps=25.0)    # 8 × 200 Gb/s per node
+A100 = dict(hbm_gb=HBM_80GB, peak_tflops=312.0, nvlink_gbps=300.0, ib_gbps=25.0)    # 8 × 200 Gb/s per node
 
 # Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
 # Megatron-LM" (arXiv:2104.04473), Table 1: GPTs with s = 2048, V = 51,200 on A100s (Selene), full
@@ -195,7 +202,9 @@ class Recipe:
     pipeline rank (Megatron's interleaved 1F1B, Narayanan et al. 2021 §2.2.2; 1: plain 1F1B).
     ``recompute="op"`` is torchtitan's per-op selective checkpointing (its ``selective_ac_option="op"``):
     every matmul's, attention kernel's and reduce-scatter's output is saved except every second
-    matmul's, everything else recomputed in backward."""
+    matmul's, everything else recomputed in backward. ``grad_reduce_bytes``: bytes per gradient element
+    the data-parallel reduction moves (2: bf16; 4: an fp32 reduce dtype, torchtitan's default
+    ``mixed_precision_reduce="float32"``)."""
 
     zero: int = 1
     recompute: str = "none"
@@ -205,6 +214,7 @@ class Recipe:
     overlap: bool = False
     dropout: bool = False
     virtual_stages: int = 1
+    grad_reduce_bytes: int = 2
 
 
 @dataclass
@@ -265,6 +275,8 @@ def _check(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, 
             recipe.virtual_stages > 1 and (global_batch // (layout.dp * b)) % layout.pp):
         return (f"virtual_stages={recipe.virtual_stages!r}: a positive integer; above 1 (interleaved 1F1B) "
                 f"the microbatches must be a multiple of pp={layout.pp}")
+    if recipe.grad_reduce_bytes not in (2, 4):
+        return f"grad_reduce_bytes must be 2 (bf16) or 4 (fp32), got {recipe.grad_reduce_bytes!r}"
     if recipe.recompute not in RECOMPUTE or recipe.zero not in costmodel.ZERO_STAGES:
         return (f"recompute must be one of {RECOMPUTE} and zero one of 0-3, got {recipe.recompute!r}, "
                 f"{recipe.zero!r}")
@@ -273,17 +285,28 @@ def _check(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int, 
 
 # -- memory ---------------------------------------------------------------------------------------
 
+def stage_layers(model: GPTConfig, layout: Layout) -> list[int]:
+    """Blocks on each pipeline stage: ⌊L/p⌋ each, the remainder one more on the middle stages — the
+    first (embeddings) and the last (the head and the loss) keep the fewest. torchtitan's default split
+    (``generate_split_points``, commit 9dec370), and Llama 3 405B's 126 layers on 16 stages, one fewer
+    on the first and the last (Grattafiori et al. 2024, §3.3.2). With p − 1 extra layers or more the
+    last stage takes what is left."""
+    base, extra = divmod(model.n_layer, layout.pp)
+    if layout.pp == 1:
+        return [model.n_layer]
+    layers = [base] + [base + 1 if i <= extra else base for i in range(1, layout.pp - 1)]
+    return layers + [model.n_layer - sum(layers)]
+
+
 def stage_blocks(model: GPTConfig, layout: Layout) -> int:
-    """Blocks on the busiest pipeline stage: ⌈L/p⌉. An uneven split (Llama 3 405B's 126 layers on 16
-    stages, one fewer on the first and the last, Grattafiori et al. 2024 §3.3.2) is priced as if
-    every stage held that many: the slowest stage sets the pace, the fullest the memory."""
-    return -(-model.n_layer // layout.pp)
+    """Blocks on the fullest pipeline stage (:func:`stage_layers`): it sets the pace of the pipeline."""
+    return max(stage_layers(model, layout))
 
 
 def _stage_params(model: GPTConfig, layout: Layout, stage: int) -> tuple[float, float]:
     """(dense, experts) parameters one GPU of pipeline stage ``stage`` holds, before ZeRO."""
     dense_block, experts_block = model.block_params()
-    blocks = stage_blocks(model, layout)
+    blocks = stage_layers(model, layout)[stage]
     dense = blocks * dense_block
     if stage == 0:
         dense += model.embedding_params()                        # V·h tokens (+ s·h learned positions)
@@ -383,7 +406,7 @@ def logits_bytes(model: GPTConfig, layout: Layout, recipe: Recipe) -> dict[str, 
 
 
 def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *,
-                 allocator_overhead: float = 1.0) -> dict[str, float]:
+                 allocator_overhead: float = 1.0, global_batch: int | None = None) -> dict[str, float]:
     """Bytes on one GPU of pipeline stage ``stage`` by part: weights, gradients, optimizer state,
     activations, the loss's logits and their gradient (last stage only), and the allocator's extra
     (``allocator_overhead`` − 1 times the rest: 1.0 predicts live bytes; see the module docstring)."""
@@ -406,11 +429,13 @@ def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *
         dense_block, experts_block = model.block_params()      # a GPU gathers its E/ep experts only
         biggest = max(dense_block + experts_block / layout.ep, model.vocab_size * model.d_model) / t
         state["gathered"] = 2 * 2 * biggest
-    in_flight = p - stage                             # 1F1B: microbatches this stage holds at its peak
+    m = global_batch // (layout.dp * b) if global_batch else None      # microbatches (None: as many as needed)
+    in_flight = p - stage if m is None else min(p - stage, m)   # 1F1B: microbatches held at this stage's peak
     v = recipe.virtual_stages
-    if v > 1:     # Megatron's interleaved warm-up: 2(p − i − 1) + (v − 1)·p chunks (+ 1) of 1/v of the stage
-        in_flight = (2 * (p - stage - 1) + (v - 1) * p + 1) / v
-    layers = in_flight * stage_blocks(model, layout)
+    if v > 1:     # Megatron's interleaved warm-up: 2(p − i − 1) + (v − 1)·p chunks (+ 1) of 1/v of the stage,
+        chunks = 2 * (p - stage - 1) + (v - 1) * p + 1          # at most all m·v of them
+        in_flight = (chunks if m is None else min(chunks, m * v)) / v
+    layers = in_flight * stage_layers(model, layout)[stage]
     one_layer = layer_activations(model, layout, recipe)
     loss = logits_bytes(model, layout, recipe) if stage == p - 1 else {"logits": 0.0, "logits gradient": 0.0}
     if recipe.recompute == "full":      # the layers' inputs; one layer recomputed at a time, or the loss
@@ -423,9 +448,11 @@ def stage_memory(model: GPTConfig, layout: Layout, recipe: Recipe, stage: int, *
     return {**live, "allocator": (allocator_overhead - 1) * sum(live.values())}
 
 
-def memory(model: GPTConfig, layout: Layout, recipe: Recipe, *, allocator_overhead: float = 1.0) -> dict[str, float]:
+def memory(model: GPTConfig, layout: Layout, recipe: Recipe, *, allocator_overhead: float = 1.0,
+           global_batch: int | None = None) -> dict[str, float]:
     """Bytes on the busiest GPU by part: :func:`stage_memory` of every pipeline stage, the largest."""
-    stages = [stage_memory(model, layout, recipe, i, allocator_overhead=allocator_overhead) for i in range(layout.pp)]
+    stages = [stage_memory(model, layout, recipe, i, allocator_overhead=allocator_overhead, global_batch=global_batch)
+              for i in range(layout.pp)]
     return max(stages, key=lambda parts: sum(parts.values()))
 
 
@@ -505,8 +532,8 @@ def _compute(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int
     uneven = stage_blocks(model, layout) * layout.pp / model.n_layer   # the slowest stage's blocks
     if not isinstance(efficiency, GemmEfficiency):
         passes = 4 / 3 if recipe.recompute == "full" else 1.0            # one more forward
-        head = 6 * model.d_model * model.vocab_size * passes             # shared over the stages
-        per_token = (model.flops_per_token * passes + extra - head) * uneven + head
+        head = 6 * model.d_model * model.vocab_size                      # shared over the stages; checkpointing
+        per_token = (model.flops_per_token * passes + extra - head * passes) * uneven + head   # wraps blocks only
         return per_token * global_batch * s / n / (efficiency * cluster.peak_tflops * 1e12)
     layer = layer_seconds(model, layout, recipe, cluster, efficiency)
     tokens = b * s // layout.cp
@@ -515,7 +542,7 @@ def _compute(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int
     blocks = stage_blocks(model, layout)
     per_microbatch = blocks * (layer["forward"] + layer["backward"]) + (head_fwd + head_bwd) / layout.pp
     if recipe.recompute == "full":
-        per_microbatch += blocks * layer["forward"] + head_fwd / layout.pp
+        per_microbatch += blocks * layer["forward"]                  # the blocks' forward again, not the head
     elif recipe.recompute == "op":        # the recomputed matmuls' share of the block's matmuls
         mms = block_matmuls(model, layout)
         matmuls = [g for g in layer_gemms(model, layout, recipe) if g[0] not in ("scores", "weighted v")]
@@ -553,35 +580,39 @@ def step_time(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: in
     # backward's recomputation runs those again — one more all-reduce's worth with SP, two without
     again = 2 if redo else {True: 1, False: 2}[recipe.sequence_parallel] if recipe.recompute == "op" else 0
     tp = layer_passes * (4 + again) * ring(s * b * h * 2 / c, t, True)
-    # CP: the ring passes K and V of this rank's K/V heads; forward 1, backward 2 (K, V again; dK, dV)
+    # CP: the ring passes chunks of K and V of this rank's K/V heads (cp_ring_messages per layer)
     kv = 2 * s * b * max(model.kv_heads // t, 1) * model.head_dim * 2  # K and V of a whole sequence, bf16
-    cp_each = costmodel.collective_time("all_gather", kv * (c - 1) / c, c, cluster.alpha_s, 1 / link(t * c <= node))
-    cp_count = CP_ALL_GATHERS["full" if redo else "none"]
-    cp = layer_passes * cp_count * cp_each
+    message = cluster.alpha_s + kv / c / link(t * c <= node)          # one chunk, one hop
+    messages = cp_ring_messages(c, recipe.recompute)
+    cp = layer_passes * messages * message
     routed = k * s * b * h * 2 / (t * c)                               # bytes each rank sends to its experts
     ep = layer_passes * (6 if redo else 4) * costmodel.collective_time(
         "all_to_all", routed * (e - 1) / e, e, cluster.alpha_s, 1 / link(t * c * e <= node))
     dense, experts = stage_params(model, layout)                       # the stage holding the most
     inside = t * c * d <= node
-    one_reduce = ring(2 * dense, d * c, inside) + (ring(2 * experts, d * c // e, inside) if experts else 0.0)
+    def one_reduce(nbytes: int) -> float:      # an all-reduce of the stage's parameters at nbytes each
+        return ring(nbytes * dense, d * c, inside) + (ring(nbytes * experts, d * c // e, inside) if experts else 0.0)
+
     if recipe.zero == 3:
         # per microbatch a forward and a backward all-gather of the weights (half an all-reduce each),
         # one reduce-scatter of the gradients; under a pipeline the stage stays gathered: one all-gather
         gathers = 1 if p > 1 else 2 * m
-        dp_parts = {"reduce-scatter": 0.5 * one_reduce, "all-gathers": gathers * 0.5 * one_reduce}
+        dp_parts = {"reduce-scatter": 0.5 * one_reduce(recipe.grad_reduce_bytes),
+                    "all-gathers": gathers * 0.5 * one_reduce(2)}
     else:
-        dp_parts = {"all-reduce": one_reduce}
+        dp_parts = {"all-reduce": one_reduce(recipe.grad_reduce_bytes)}
     hop = cluster.alpha_s + s * b * h * 2 / (t * c) / link(False)      # one microbatch's activations, one way
     v = recipe.virtual_stages                                          # interleaved: v times the sends
     pp = 2 * m * v * hop if p > 1 else 0.0
     if recipe.overlap:
         layer = layer_seconds(model, layout, recipe, cluster, efficiency)
         per_step = layer["attention step"]
-        cp = layer_passes * cp_count * (c - 1) * max(0.0, cp_each / (c - 1) - per_step) if c > 1 else 0.0
+        # each message hides behind a ring step's attention, except dK, dV's last hop home
+        cp = layer_passes * ((messages - 1) * max(0.0, message - per_step) + message) if c > 1 else 0.0
         synced = dp_parts.pop("all-reduce", 0.0) + dp_parts.pop("reduce-scatter", 0.0)
         exposed = _hidden(synced, blocks, layer["backward"]) if synced else 0.0
         if "all-gathers" in dp_parts:
-            gather = 0.5 * one_reduce / blocks                         # one layer's weights
+            gather = 0.5 * one_reduce(2) / blocks                      # one layer's weights, bf16
             fwd = gather + (blocks - 1) * max(0.0, gather - layer["forward"])
             bwd = gather + (blocks - 1) * max(0.0, gather - layer["backward"])
             exposed += fwd if p > 1 else m * (fwd + bwd)
@@ -602,7 +633,7 @@ def predict(model: GPTConfig, layout: Layout, recipe: Recipe, global_batch: int,
     result = Prediction(layout, recipe, reason=_check(model, layout, recipe, global_batch, cluster))
     if result.reason:
         return result
-    result.memory = memory(model, layout, recipe, allocator_overhead=allocator_overhead)
+    result.memory = memory(model, layout, recipe, allocator_overhead=allocator_overhead, global_batch=global_batch)
     if result.memory_gb > cluster.hbm_gb:
         result.reason = f"needs {result.memory_gb:.0f} GB per GPU, has {cluster.hbm_gb:.0f} GB"
     result.time = step_time(model, layout, recipe, global_batch, cluster, efficiency)

@@ -118,7 +118,7 @@ class Run:
     cp: int = 1
     ep: int = 1
     zero: int | None = None         # 0 none, 1 optimizer, 2 + gradients, 3 + weights (FSDP)
-    recompute: str | None = None    # "none", "selective", "full"
+    recompute: str | None = None    # "none", "selective" (Korthikanti's), "op" (torchtitan's per-op), "full"
     recompute_detail: str = ""      # what the framework's mode does, where it differs from Korthikanti's
     microbatch: int | None = None   # sequences per microbatch
     global_batch: int | None = None  # sequences per step
@@ -129,6 +129,7 @@ class Run:
     compile: bool | None = None     # torch.compile
     async_tp: bool = False          # tensor parallelism's transfers overlapped with its matmuls
     virtual_stages: int | None = None   # interleaved 1F1B: model chunks per pipeline rank (1: plain)
+    grad_reduce_bytes: int = 2      # bytes per gradient element the data-parallel reduction moves
     tflops: float | None = None     # published TFLOP/s per GPU, in the source's convention
     mfu: float | None = None        # published model FLOPs utilisation (fraction)
     hfu: float | None = None        # published hardware FLOPs utilisation (fraction; counts recomputation)
@@ -254,7 +255,9 @@ def _llama3_2024() -> list[Run]:
 
 # -- torchtitan --------------------------------------------------------------------------------------
 _TITAN = dict(gpu="H100-96GB-HBM2e-500W", flops="torchtitan", peak_tflops=989.0, flash=True,
-              memory_kind="reserved peak", zero=3)
+              memory_kind="reserved peak", zero=3, grad_reduce_bytes=4)
+"""torchtitan's runs: FSDP2 reduces gradients in float32, its default ``mixed_precision_reduce="float32"``
+(config_manager.py at 9dec370)."""
 _OP_SAC = "torchtitan's selective AC 'op' policy (saves chosen ops' outputs, e.g. matmuls; not Korthikanti's)"
 
 
@@ -275,7 +278,7 @@ def _torchtitan_2024_12() -> list[Run]:
         for (tps, gib), (label, compiled, f8) in zip(rows, (("FSDP", False, False), ("compile", True, False),
                                                           ("compile+float8", True, True))):
             runs.append(Run(source=src, name=f"torchtitan 8B {gpus} GPUs {label}", where=f"Table {table}, {label}",
-                            model=_llama("8B", 8192), seq_len=8192, gpus=gpus, dp=gpus, recompute="selective",
+                            model=_llama("8B", 8192), seq_len=8192, gpus=gpus, dp=gpus, recompute="op",
                             recompute_detail=_OP_SAC, microbatch=2, global_batch=2 * gpus, compile=compiled,
                             float8=f8, tokens_per_s=float(tps), memory_gib=gib, **_TITAN))
     for (fsdp, cp, seq, tps, gib) in ((8, 1, 32768, 3890, 83.9), (4, 2, 65536, 2540, 84.2),
@@ -290,7 +293,9 @@ def _torchtitan_2024_12() -> list[Run]:
                         model=_llama("70B", 8192), seq_len=8192, gpus=256, dp=32, tp=8, recompute="full",
                         microbatch=16, global_batch=512, sequence_parallel=True, compile=True, float8=True,
                         async_tp=async_tp, tokens_per_s=float(tps), memory_gib=gib, **_TITAN))
-    for label, virtual, tps, gib in (("1F1B", 1, 100, 82.5), ("Interleaved 1F1B", None, 128, 72.7)):
+    # Interleaved 1F1B: 2 stages per rank, torchtitan's default for multi-stage schedules without split
+    # points (pipelining_utils.generate_split_points, 9dec370: num_stages_per_rank = 2)
+    for label, virtual, tps, gib in (("1F1B", 1, 100, 82.5), ("Interleaved 1F1B", 2, 128, 72.7)):
         runs.append(Run(source=src, name=f"torchtitan 405B 512 GPUs {label}", where=f"Table 5, {label}",
                         model=_llama("405B", 8192), seq_len=8192, gpus=512, dp=8, tp=8, pp=8, recompute="full",
                         microbatch=32 // 8, global_batch=256, sequence_parallel=True, compile=True, float8=True,
@@ -317,7 +322,7 @@ def _torchtitan_asynctp_2025_06() -> list[Run]:
     common = dict(_TITAN, memory_kind=None)
     for size, gpus, fsdp, local, recompute, detail, (vanilla, overlapped) in (
             ("70B", 256, 32, 16, "full", "", (597.3, 652.4)),
-            ("8B", 64, 8, 12, "selective", "torchtitan's per-op SAC", (4378, 4809.4))):
+            ("8B", 64, 8, 12, "op", "torchtitan's per-op SAC", (4378, 4809.4))):
         for label, async_tp, tps in (("TP", False, vanilla), ("AsyncTP", True, overlapped)):
             runs.append(Run(source="torchtitan-asynctp-2025-06", name=f"torchtitan {size} {gpus} GPUs bf16 {label}",
                             where=f"the {size} table, 'None (bfloat16)' row, {label} column",
@@ -331,7 +336,7 @@ def _torchtitan_asynctp_2025_06() -> list[Run]:
 def _trainy_2025_06() -> list[Run]:
     return [Run(source="trainy-2025-06", name=f"trainy 8B {8 * nodes} H200s", where=f"results table, NUM_NODES {nodes}",
                 model=_llama("8B", 8192), seq_len=8192, gpu="H200-SXM-141GB", gpus=8 * nodes, dp=8 * nodes,
-                zero=3, recompute="selective", recompute_detail=_OP_SAC, microbatch=2, global_batch=16 * nodes,
+                zero=3, recompute="op", recompute_detail=_OP_SAC, microbatch=2, global_batch=16 * nodes,
                 flash=True, compile=True, float8=True, tokens_per_s=float(tps), flops="torchtitan",
                 peak_tflops=989.0, memory_gib=gib,
                 memory_kind="not stated (torchtitan's log line at e7c0cae prints the reserved peak)",

@@ -127,6 +127,7 @@ class Missing:
     reason: str
 
 
+@functools.cache
 def to_planner(run: Run, overlap: bool = False) -> tuple[GPTConfig, planner.Layout, planner.Recipe, int,
                                                           planner.Cluster]:
     """``(model, layout, recipe, global_batch, cluster)`` for ``planner.predict``; raises
@@ -143,9 +144,9 @@ def to_planner(run: Run, overlap: bool = False) -> tuple[GPTConfig, planner.Layo
         raise Inexpressible("; ".join(gaps))
     layout = run.layout
     microbatch = run.microbatch or (1 if layout.pp > 1 else run.global_batch // layout.dp)
-    recompute = "op" if run.recompute == "selective" and "torchtitan" in run.recompute_detail else run.recompute
     recipe = planner.Recipe(
-        zero=run.zero, recompute=recompute, microbatch=microbatch, virtual_stages=run.virtual_stages or 1,
+        zero=run.zero, recompute=run.recompute, microbatch=microbatch, virtual_stages=run.virtual_stages or 1,
+        grad_reduce_bytes=run.grad_reduce_bytes,
         flash=True if run.flash is None else run.flash,
         sequence_parallel=(layout.tp > 1) if run.sequence_parallel is None else run.sequence_parallel,
         overlap=overlap, dropout=bool(run.dropout))
@@ -166,8 +167,9 @@ def assumptions(run: Run) -> list[str]:
         out.append("virtual stages not given: priced as plain 1F1B")
     if run.model is not None and run.pp and run.model.n_layer % run.pp:
         out.append(f"{run.model.n_layer} layers over {run.pp} stages: priced as ⌈L/pp⌉ on every stage")
-    if run.recompute == "selective" and "torchtitan" in run.recompute_detail:
-        out.append("torchtitan's per-op selective checkpointing: recompute='op'")
+    if run.model is not None and run.tp and run.cp > 1 and run.source.startswith("torchtitan"):
+        out.append("torchtitan repeats K/V to every head before attention: its ring carries a/t heads, "
+                   "the planner g/t")
     if run.async_tp:
         out.append("async TP's overlap of TP transfers with matmuls")
     if run.float8:
@@ -191,20 +193,28 @@ def _priced(run: Run) -> tuple[float, float, float, float]:
     return result.memory_gb, scaled, result.step_s - scaled, batch * model.block_size / cluster.gpus
 
 
-def planner_predictor(run: Run, efficiency: float,
-                      allocator_overhead: float = 1.0) -> tuple[float | Missing, float | Missing]:
-    """The planner (``planner.predict`` at ``efficiency``, without overlap) as a predictor: memory in GB
-    (live bytes × ``allocator_overhead``: the published figures are the allocator's reserved peak) and
-    TFLOP/s per GPU in the run's convention (tokens/s from the step time, converted by
-    :func:`tflops_from_tokens`). A layout the planner rejects is :class:`Inexpressible` with its
-    reason (one it predicts not to fit is still predicted); float8 runs get no throughput."""
+def planner_predictor(run: Run, efficiency: float, allocator_overhead: float = 1.0,
+                      overlap: bool = False) -> tuple[float | Missing, float | Missing]:
+    """The planner (``planner.predict`` at ``efficiency``; ``overlap``: its overlap rules on, else every
+    transfer exposed) as a predictor: memory in GB (live bytes × ``allocator_overhead``: the published
+    figures are the allocator's reserved peak) and TFLOP/s per GPU in the run's convention (tokens/s
+    from the step time, converted by :func:`tflops_from_tokens`). A layout the planner rejects is
+    :class:`Inexpressible` with its reason (one it predicts not to fit is still predicted: see
+    :func:`unfit`); float8 runs get no throughput."""
+    if allocator_overhead < 1:
+        raise ValueError(f"allocator_overhead is reserved ÷ live, at least 1, got {allocator_overhead!r}")
     memory_gb, scaled, fixed, tokens = _priced(run)
+    if overlap:           # the overlap rules depend on the efficiency: price the run at this one
+        model, layout, recipe, batch, cluster = to_planner(run, overlap=True)
+        step = planner.predict(model, layout, recipe, batch, cluster, efficiency).step_s
+    else:
+        step = scaled / efficiency + fixed
     if run.float8:
         throughput: float | Missing = Missing("float8 matmuls: the planner prices bf16 only")
     elif run.flops not in CONVENTIONS or run.flops == "none":
         throughput = Missing("the source states no FLOP count")
     else:
-        throughput = tflops_from_tokens(tokens / (scaled / efficiency + fixed), run.model, run.flops)
+        throughput = tflops_from_tokens(tokens / step, run.model, run.flops)
     return memory_gb * allocator_overhead, throughput
 
 
@@ -227,16 +237,25 @@ def fit_efficiency(runs: Sequence[Run], predictor: Callable = planner_predictor,
         raise ValueError("none of these runs has a published throughput the predictor can predict: "
                          "fit on other sources")
     low, high = bounds
-    for _ in range(50):
+    for _ in range(30):                      # to 2⁻³⁰ of the bounds' width
         middle = (low + high) / 2
         ratio = statistics.median(predictor(run, middle)[1] / published_tflops(run) for run in usable)
         low, high = (middle, high) if ratio < 1 else (low, middle)
     return (low + high) / 2
 
 
+def unfit(run: Run) -> str | None:
+    """Why the planner predicts that ``run`` does not fit its GPUs (the published run did), or None."""
+    model, layout, recipe, batch, cluster = to_planner(run)
+    reason = planner.predict(model, layout, recipe, batch, cluster, 0.5).reason
+    return reason if reason and reason.startswith("needs ") else None
+
+
 def fit_allocator(runs: Sequence[Run]) -> float:
     """Reserved ÷ live: the median of published ÷ predicted live memory over ``runs`` with a published
-    memory the planner can price; ValueError when there is none."""
+    memory the planner can price, at least 1 (a caching allocator never reserves less than it hands
+    out: a median below 1 means the live count is too high, which no factor should hide); ValueError
+    when there is none."""
     ratios = []
     for run in runs:
         if run.memory_gib is None:
@@ -248,12 +267,14 @@ def fit_allocator(runs: Sequence[Run]) -> float:
         ratios.append(run.memory_gib / gib_from_gb(live_gb))
     if not ratios:
         raise ValueError("none of these runs has a published memory the planner can price")
-    return statistics.median(ratios)
+    return max(1.0, statistics.median(ratios))
 
 
-def fit_planner(runs: Sequence[Run]) -> tuple[float, float]:
-    """The planner's two fitted scalars on ``runs``: (GEMM efficiency, allocator overhead)."""
-    return fit_efficiency(runs), fit_allocator(runs)
+def fit_planner(runs: Sequence[Run], overlap: bool = False) -> tuple[float, float, bool]:
+    """The planner's two fitted scalars on ``runs`` — (GEMM efficiency, allocator overhead) — and
+    ``overlap`` passed through to :func:`planner_predictor`."""
+    predictor = functools.partial(planner_predictor, overlap=overlap)
+    return fit_efficiency(runs, predictor), fit_allocator(runs), overlap
 
 
 # -- the harness ------------------------------------------------------------------------------------
@@ -300,6 +321,16 @@ class Evaluation:
         errors = [c.error for c in self.of(quantity)]
         return statistics.median(errors) if errors else None
 
+    def by_source(self, quantity: str) -> dict[str, tuple[float, float | None, int]]:
+        """Per source: (the predictor's median |error|, the constant's, runs compared)."""
+        out = {}
+        for source in dict.fromkeys(c.run.source for c in self.of(quantity)):
+            rows = [c for c in self.of(quantity) if c.run.source == source]
+            constants = [c.constant_error for c in rows if c.constant_error is not None]
+            out[source] = (statistics.median(c.error for c in rows),
+                           statistics.median(constants) if constants else None, len(rows))
+        return out
+
     def constant_median_error(self, quantity: str) -> float | None:
         """The leave-one-out constant's median |error| over the same runs."""
         errors = [c.constant_error for c in self.of(quantity) if c.constant_error is not None]
@@ -320,14 +351,19 @@ class Evaluation:
             if planned is not None:
                 lines.append(f"  median |error|: predictor {planned:.1%}, leave-one-out constant "
                              + ("n/a" if constant is None else f"{constant:.1%}"))
+                for source, (p, k, n) in self.by_source(quantity).items():
+                    lines.append(f"    {source:30s} {n:2d} runs: predictor {p:.1%}, constant "
+                                 + ("n/a" if k is None else f"{k:.1%}"))
             lines.append("")
         if self.params:
             shown = lambda p: (f"{p:.3f}" if isinstance(p, float) else  # noqa: E731
-                               " / ".join(f"{x:.3f}" for x in p) if isinstance(p, tuple) else f"({p})")
+                               " / ".join(f"{x:.3f}" for x in p if isinstance(x, float)) if isinstance(p, tuple)
+                               else f"({p})")
             fitted = [p for p in self.params.values() if isinstance(p, (float, tuple))]
             if len(self.params) > 8 and fitted and all(isinstance(p, tuple) for p in fitted):
                 lines.append("fitted with each run held out: " + ", ".join(
-                    f"{min(p[i] for p in fitted):.3f}–{max(p[i] for p in fitted):.3f}" for i in range(len(fitted[0]))))
+                    f"{min(p[i] for p in fitted):.3f}–{max(p[i] for p in fitted):.3f}"
+                    for i in range(len(fitted[0])) if isinstance(fitted[0][i], float)))
             else:
                 lines.append("fitted with each held out: " + ", ".join(f"{k} {shown(p)}"
                                                                         for k, p in self.params.items()))
@@ -340,27 +376,50 @@ class Evaluation:
         return "\n".join(lines)
 
 
-def _loo_constant(runs: Sequence[Run], run: Run, quantity: str) -> float | None:
-    """The constant predictor, leave-one-out: the median of the published ``quantity`` of every run
-    but ``run``. Memory in GiB as published; throughput as a fraction of each run's peak (A100s and
-    H100s differ 3×: a constant in TFLOP/s would be a strawman), times ``run``'s peak."""
+def palm_mfu(run: Run) -> float | None:
+    """The run's published throughput as model FLOPs utilisation in PaLM's convention (6N + 12·L·s·a·d
+    per token, no recomputation, every attention score): one yardstick across sources whose own FLOP
+    counts differ (Megatron's counts the recomputation, torchtitan's leaves out the embedding)."""
+    tflops = published_tflops(run)
+    if tflops is None or not run.peak_tflops:
+        return None
+    if run.flops == "palm":
+        return tflops / run.peak_tflops
+    if run.model is None or run.flops not in CONVENTIONS:
+        return None
+    return tflops_from_tokens(tokens_from_tflops(tflops, run.model, run.flops), run.model, "palm") / run.peak_tflops
+
+
+def _loo_constant(runs: Sequence[Run], run: Run, quantity: str, holdout: str = "run") -> float | None:
+    """The constant predictor, held out as the planner's fit is: the median of the published ``quantity``
+    of every run but ``run`` (``holdout="run"``), or of every other source's runs (``"source"``).
+    Memory in GiB as published; throughput as PaLM-convention MFU (:func:`palm_mfu`: A100s
+    and H100s differ 3× in peak, and the sources count FLOPs differently), times ``run``'s peak,
+    converted to ``run``'s convention."""
+    runs = [r for r in runs if r is not run and (holdout == "run" or r.source != run.source)]
     if quantity == "throughput":
-        if run.peak_tflops is None:
+        others = [palm_mfu(r) for r in runs]
+        others = [v for v in others if v is not None]
+        if not others or not run.peak_tflops:
             return None
-        others = [published_tflops(r) / r.peak_tflops for r in runs
-                  if r is not run and r.peak_tflops and published_tflops(r) is not None]
-        return statistics.median(others) * run.peak_tflops if others else None
-    others = [published(r)[quantity] for r in runs if r is not run]
+        palm = statistics.median(others) * run.peak_tflops
+        if run.flops == "palm":
+            return palm
+        if run.model is None or run.flops not in CONVENTIONS:
+            return None
+        return tflops_from_tokens(tokens_from_tflops(palm, run.model, "palm"), run.model, run.flops)
+    others = [published(r)[quantity] for r in runs]
     others = [v for v in others if v is not None]
     return statistics.median(others) if others else None
 
 
 def evaluate(runs: Sequence[Run], predictor: Callable, fit: Callable[[Sequence[Run]], object] | None = None,
-             holdout: str = "source") -> Evaluation:
+             holdout: str = "run") -> Evaluation:
     """Predict every run and put each quantity beside its published value and the leave-one-out
     constant. Without ``fit``, ``predictor(run)``; with it, ``predictor(run, fit(others))`` (a tuple
     from ``fit`` is spread: ``predictor(run, *params)``), ``others`` being the runs of every *other*
-    source (``holdout="source"``) or every other run (``holdout="run"``, as the constant is fitted)."""
+    source (``holdout="source"``) or every other run (``holdout="run"``); the constant is held out the
+    same way."""
     if holdout not in ("source", "run"):
         raise ValueError(f"holdout must be 'source' or 'run', got {holdout!r}")
     result = Evaluation()
@@ -397,7 +456,7 @@ def evaluate(runs: Sequence[Run], predictor: Callable, fit: Callable[[Sequence[R
                 result.missing.append((run, quantity, why))
                 continue
             result.comparisons.append(Comparison(run, quantity, float(predicted), value,
-                                                 _loo_constant(runs, run, quantity), param))
+                                                 _loo_constant(runs, run, quantity, holdout), param))
     return result
 
 

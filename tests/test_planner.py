@@ -229,20 +229,22 @@ def test_the_planner_and_the_shapes_import_no_torch():
 
 # -- the traffic of context parallelism, tensor parallelism without SP -------------------------------
 
-def test_context_parallel_passes_the_kv_heads_three_times_per_layer():
+def test_context_parallel_passes_the_kv_heads_in_3c_minus_2_messages_per_layer():
     """K and V of g·d (not h) per token: Llama-small's 2 K/V heads of 8 → kv = 2·s·b·16·2 bytes per
-    sequence, of which each of c = 2 ranks sends half per all-gather equivalent; 3 of them per layer and
-    microbatch (forward K, V; backward K, V again and the reduce-scatter of dK, dV), 4 with full
-    recomputation. The old planner charged 2 (3) all-gathers of 2·s·b·h·2 bytes."""
+    sequence, sent in chunks of kv/c; per layer and microbatch c − 1 forward, 2(c − 1) + 1 backward (dK,
+    dV one hop more home, as chapter 14 counts): 4 at c = 2, 5 with full recomputation; 3(c−1)+1 = 22 at
+    c = 8. The old planner charged 2 (3) all-gathers of 2·s·b·h·2 bytes, then 3 (4) all-gathers."""
+    assert [planner.cp_ring_messages(c) for c in (1, 2, 8)] == [0, 4, 22]
+    assert planner.cp_ring_messages(8, "full") == 29
     cluster = planner.Cluster(gpus=2)
-    one = cluster.alpha_s + 2 * 128 * 1 * 2 * 8 * 2 / 2 / (cluster.nvlink_gbps * 1e9)    # (c − 1) α + bytes·β
+    one = cluster.alpha_s + 2 * 128 * 1 * 2 * 8 * 2 / 2 / (cluster.nvlink_gbps * 1e9)    # α + (kv/c)·β
     layer_passes = 2 * 4                                                  # L = 2 layers × m = 4 microbatches
-    for recompute, count in (("none", 3), ("full", 4)):
+    for recompute, count in (("none", 4), ("full", 5)):
         got = planner.step_time(LLAMA_SMALL, Layout(cp=2), Recipe(recompute=recompute), 4, cluster, 0.5)
         assert got["context parallel"] == pytest.approx(layer_passes * count * one)
     # multi-head attention (g = a): the same count, K and V of h per token
     mha = planner.step_time(SMALL, Layout(cp=2), Recipe(), 4, cluster, 0.5)["context parallel"]
-    assert mha == pytest.approx(layer_passes * 3 * (cluster.alpha_s + 2 * 128 * 64 * 2 / 2 / (450e9)))
+    assert mha == pytest.approx(layer_passes * 4 * (cluster.alpha_s + 2 * 128 * 64 * 2 / 2 / (450e9)))
 
 
 def test_tensor_parallel_time_is_the_same_with_and_without_sequence_parallelism():
@@ -340,7 +342,8 @@ def test_a_transfer_shorter_than_its_compute_hides():
     layout, recipe = Layout(dp=2, cp=2, pp=2), Recipe(zero=1, overlap=True)
     plain = planner.step_time(OVERLAP_MODEL, layout, replace(recipe, overlap=False), 8, cluster, 0.5)
     got = planner.step_time(OVERLAP_MODEL, layout, recipe, 8, cluster, 0.5)
-    assert plain["context parallel"] > 0 and got["context parallel"] == 0
+    # every ring message hides behind a step's attention but dK, dV's last hop home: 1 of 4 at c = 2
+    assert plain["context parallel"] > 0 and got["context parallel"] == pytest.approx(plain["context parallel"] / 4)
     assert got["data parallel"] == pytest.approx(plain["data parallel"] / 2)     # 2 layers per stage: 1 bucket of 2
     assert got["pipeline"] == pytest.approx(plain["pipeline"] / 4)               # m = 4: 2 of 8 sends
 
@@ -357,7 +360,8 @@ def test_a_transfer_longer_than_its_compute_exposes_the_difference():
     # its attention compute: scores and weighted v of 64 queries × 64 keys × 16 dims, 4 heads, 2 FLOPs each
     a = 2 * 2 * 64 * 64 * 16 * 4 / (0.5 * 989e12)
     assert 2 * a < tau < 4 * a
-    assert got["context parallel"] == pytest.approx(2 * 4 * 3 * 1 * (tau - a))    # 2 layers × m = 4, 3, c − 1
+    # 2 layers × m = 4 × (3 hidden messages' excess + the last hop home)
+    assert got["context parallel"] == pytest.approx(2 * 4 * (3 * (tau - a) + tau))
     layer = planner.layer_seconds(OVERLAP_MODEL, layout, recipe, ring_link, 0.5)
     assert layer["attention step"] == pytest.approx(a)
     slow = planner.Cluster(gpus=8, alpha_s=0.0, nvlink_gbps=1e-3, ib_gbps=1e-3)
@@ -533,22 +537,24 @@ LAYER = 2 * 128 * 16 * 64          # one GPT-2 layer's activations, one sequence
 
 
 def test_an_uneven_split_is_priced_as_its_fullest_stage():
-    """6 layers on pp = 4 (really 2, 2, 1, 1): every stage priced at ⌈6/4⌉ = 2 blocks, so exactly as 8
-    layers on 4 stages, the old even price, in parameters and memory stage by stage; the compute at the
-    slowest stage's share: the model's FLOPs × ⌈L/p⌉·p/L = 8/6. Fails on a floor (L // p = 1 block) or
-    without the 8/6."""
+    """6 layers on pp = 4: ⌊6/4⌋ = 1 each and the 2 extra on the middle stages, 1, 2, 2, 1 (torchtitan's
+    generate_split_points; Llama 3's 126 layers on 16 stages: 7, 8 × 14, 7, §3.3.2); parameters and
+    memory stage by stage; the compute at the fullest stage's share: the blocks' FLOPs × ⌈L/p⌉·p/L = 8/6.
+    Fails on a floor (L // p = 1 block) or without the 8/6, or with the extra layers on the first stage."""
     layout = Layout(pp=4)
+    assert planner.stage_layers(SIX, layout) == [1, 2, 2, 1] and planner.stage_layers(EIGHT, layout) == [2] * 4
+    assert planner.stage_layers(replace(SIX, n_layer=126), Layout(pp=16)) == [7] + [8] * 14 + [7]
+    assert planner.stage_layers(replace(SIX, n_layer=126), Layout(pp=8)) == [15] + [16] * 6 + [15]
     assert planner.stage_blocks(SIX, layout) == planner.stage_blocks(EIGHT, layout) == 2
     assert planner.stage_blocks(SIX, Layout()) == 6 and planner.stage_blocks(SIX, Layout(pp=5)) == 2
-    # first: 2 blocks, token embedding 256·64, positions 128·64; middle: 2 blocks; last: head 256·64, LayerNorm 2·64
-    assert planner.stage_params(SIX, layout, 0) == (2 * 49_984 + 256 * 64 + 128 * 64, 0)
+    # first: 1 block, token embedding 256·64, positions 128·64; middle: 2 blocks; last: 1 block, head, LayerNorm
+    assert planner.stage_params(SIX, layout, 0) == (49_984 + 256 * 64 + 128 * 64, 0)
     assert planner.stage_params(SIX, layout, 1) == planner.stage_params(SIX, layout, 2) == (2 * 49_984, 0)
-    assert planner.stage_params(SIX, layout, 3) == (2 * 49_984 + 256 * 64 + 2 * 64, 0)
+    assert planner.stage_params(SIX, layout, 3) == (49_984 + 256 * 64 + 2 * 64, 0)
     recipe = Recipe(zero=0, microbatch=1)
-    for stage in range(4):
-        assert planner.stage_memory(SIX, layout, recipe, stage) == planner.stage_memory(EIGHT, layout, recipe, stage)
-    # 1F1B: stage 0 holds p = 4 microbatches of its 2 layers
-    assert planner.stage_memory(SIX, layout, recipe, 0)["activations"] == 4 * 2 * LAYER
+    # 1F1B: stage i holds p − i microbatches of its layers: 4·1, 3·2, 2·2, 1·1
+    assert [planner.stage_memory(SIX, layout, recipe, i)["activations"] for i in range(4)] == [
+        4 * LAYER, 6 * LAYER, 4 * LAYER, LAYER]
     cluster = planner.Cluster(gpus=4)
     per_gpu = 8 * 128 / 4 / (0.5 * 989e12)                  # B·s / n tokens, at 0.5 × peak
     six, eight = (planner.step_time(m, layout, recipe, 8, cluster, 0.5) for m in (SIX, EIGHT))
@@ -581,6 +587,10 @@ def test_interleaving_halves_the_bubble_doubles_the_sends_and_keeps_more_in_flig
     assert kept[1] == [8 * LAYER, 6 * LAYER, 4 * LAYER, 2 * LAYER]
     assert kept[2] == [11 * LAYER, 9 * LAYER, 7 * LAYER, 5 * LAYER]
     assert kept[2][0] == (4 + 3 / 2) * 2 * LAYER
+    # at m = p = 4 microbatches the warm-up holds all m·v = 8 chunks: stage 0 as much as plain 1F1B (Megatron
+    # caps the warm-up at the microbatches there are; fails without the cap)
+    capped = [planner.stage_memory(EIGHT, layout, interleaved, i, global_batch=4)["activations"] for i in range(4)]
+    assert capped[0] == 8 * LAYER and capped[1] == 8 * LAYER and capped[3] == 5 * LAYER
 
 
 @pytest.mark.parametrize("model, batch, virtual, reason", [
@@ -653,3 +663,19 @@ def test_op_checkpointing_runs_the_unsaved_tensor_parallel_collectives_again():
         none, op = (planner.step_time(LLAMA_SMALL, Layout(tp=2), Recipe(recompute=r, sequence_parallel=sp), 4,
                                       cluster, 0.5)["tensor parallel"] for r in ("none", "op"))
         assert op == pytest.approx(none * count / 4)
+
+
+def test_gradients_reduced_in_fp32_move_twice_the_bytes():
+    """torchtitan reduces gradients in fp32 (grad_reduce_bytes=4): the all-reduce (ZeRO 1) or the
+    reduce-scatter (ZeRO 3) moves 4 bytes per parameter; ZeRO-3's weight all-gathers stay bf16. With α = 0
+    the times are exactly proportional to the bytes. Fails if the gradient bytes are ignored, or if the
+    weight gathers follow them."""
+    cluster = planner.Cluster(gpus=4, alpha_s=0.0)
+    dp = {rb: {z: planner.step_time(SMALL, Layout(dp=4), Recipe(zero=z, grad_reduce_bytes=rb), 8, cluster, 0.5)
+               ["data parallel"] for z in (1, 3)} for rb in (2, 4)}
+    assert dp[4][1] == pytest.approx(2 * dp[2][1])
+    m = 8 // 4                                      # ZeRO-3: 0.5 reduce-scatter + 2·m gathers of 0.5 all-reduce
+    assert dp[2][3] == pytest.approx(dp[2][1] * (0.5 + m))
+    assert dp[4][3] == pytest.approx(dp[2][1] * (0.5 * 2 + m))
+    bad = planner.predict(SMALL, Layout(dp=4), Recipe(grad_reduce_bytes=3), 8, cluster)
+    assert "grad_reduce_bytes must be 2" in bad.reason

@@ -35,7 +35,7 @@ def test_each_run_is_consistent(run):
     if run.mfu is not None and run.hfu is not None:
         assert run.hfu >= run.mfu
     if run.recompute is not None:
-        assert run.recompute in ("none", "selective", "full")
+        assert run.recompute in ("none", "selective", "op", "full")
     if run.microbatch and run.layout is not None:
         assert run.global_batch % (run.microbatch * run.layout.dp) == 0, "whole microbatches on every dp rank"
         if run.flops == "torchtitan" and run.pp == 1:   # no gradient accumulation there: one microbatch per step

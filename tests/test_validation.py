@@ -106,7 +106,7 @@ def test_a_fitted_scalar_is_fitted_on_the_other_sources_only():
         seen.append(sorted(r.name for r in runs))
         return float(len(runs))
 
-    got = validation.evaluate(RUNS, lambda run, p: (None, p), fit=fit)
+    got = validation.evaluate(RUNS, lambda run, p: (None, p), fit=fit, holdout="source")
     assert seen == [["z"], ["x", "y"]]
     assert got.params == {"a": 1.0, "b": 2.0}
     assert [(c.run.name, c.predicted) for c in got.of("throughput")] == [("x", 1.0), ("y", 1.0), ("z", 2.0)]
@@ -114,7 +114,7 @@ def test_a_fitted_scalar_is_fitted_on_the_other_sources_only():
     def refuse(runs):
         raise ValueError("nothing to fit on")
 
-    got = validation.evaluate(RUNS, lambda run, p: (None, p), fit=refuse)
+    got = validation.evaluate(RUNS, lambda run, p: (None, p), fit=refuse, holdout="source")
     assert not got.comparisons and len(got.skipped) == 3 and "nothing to fit on" in got.report()
 
 
@@ -239,3 +239,60 @@ def test_the_planner_fitted_leave_one_run_out_beats_the_constant_on_memory():
     got = validation.evaluate(P.RUNS, validation.planner_predictor, fit=validation.fit_planner, holdout="run")
     planned, constant = got.median_error("memory"), got.constant_median_error("memory")
     assert planned < constant, f"memory: planner {planned:.1%}, constant {constant:.1%}"
+
+
+def test_the_constant_is_held_out_as_the_fit_is():
+    """holdout="source": the constant for x (source a) is the median of source b's runs only — z's 60 GiB
+    and z's 50/200 of peak × x's 100 — not of y's too (which would give 40 GiB and 45). Fails if the
+    constant always leaves one run out while the planner's fit leaves a source out."""
+    got = validation.evaluate(RUNS, lambda run, p: perfect(run), fit=lambda runs: 1.0, holdout="source")
+    memory = {c.run.name: c.constant for c in got.of("memory")}
+    throughput = {c.run.name: c.constant for c in got.of("throughput")}
+    assert memory == {"x": 60.0, "y": 60.0, "z": 15.0}
+    assert throughput["x"] == pytest.approx(25.0) and throughput["z"] == pytest.approx(0.35 * 200)
+
+
+def test_the_constant_compares_fractions_of_peak_in_one_flop_convention():
+    """palm_mfu converts a Megatron row's TFLOP/s (recomputation counted) to PaLM's model FLOPs: the
+    1.7B row's 137 TFLOP/s at 312 peak is 137 × (6N + 12·L·s·h) ÷ (its recomputed count) ÷ 312. A source
+    already in PaLM's convention is divided by its peak only; a run without a model and another
+    convention has none. Fails if the constant pools each source's own convention."""
+    row = P.runs("megatron-2021")[0]
+    tokens = validation.tokens_from_tflops(137.0, row.model, "narayanan-2021")
+    assert validation.palm_mfu(row) == pytest.approx(validation.tflops_from_tokens(tokens, row.model, "palm") / 312)
+    assert validation.palm_mfu(row) < 137 / 312                          # recomputation no longer counted
+    korthikanti = P.runs("korthikanti-2022")[0]
+    assert validation.palm_mfu(korthikanti) == pytest.approx(korthikanti.mfu)
+    assert validation.palm_mfu(dataclasses.replace(korthikanti, flops="torchtitan")) is None
+
+
+def test_the_allocator_factor_is_never_below_one():
+    """A caching allocator reserves at least what it hands out: a fit whose median published ÷ live is
+    below 1 is clamped to 1 (the live count is then too high, and no factor should hide it), and the
+    predictor refuses a factor below 1."""
+    run = next(r for r in P.RUNS if r.name == "torchtitan 8B 8 GPUs cp1 32k")
+    live = validation.gib_from_gb(validation.planner_predictor(run, 0.5)[0])
+    low = dataclasses.replace(run, memory_gib=0.5 * live)
+    assert validation.fit_allocator([low]) == 1.0
+    assert validation.fit_allocator([dataclasses.replace(run, memory_gib=1.25 * live)]) == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="at least 1"):
+        validation.planner_predictor(run, 0.5, 0.9)
+
+
+def test_per_source_medians_and_runs_predicted_not_to_fit_are_reported():
+    got = validation.evaluate(P.RUNS, validation.planner_predictor, fit=validation.fit_planner)
+    by_source = got.by_source("throughput")
+    assert set(by_source) >= {"megatron-2021", "llama3-2024", "torchtitan-2024-12"}
+    assert sum(n for *_, n in by_source.values()) == len(got.of("throughput"))
+    report = got.report()
+    assert all(source in report for source in by_source)
+    unfit = [r.name for r in P.RUNS if r.model is not None and _expressible(r) and validation.unfit(r)]
+    assert unfit == [], unfit           # every published run that ran, the planner says fits
+
+
+def _expressible(run) -> bool:
+    try:
+        validation.to_planner(run)
+        return True
+    except Inexpressible:
+        return False

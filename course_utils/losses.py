@@ -67,4 +67,8 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
                          f"{tuple(weight.shape)}, {tuple(targets.shape)} (flatten batch and sequence first)")
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive number of tokens, got {chunk!r}")
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= weight.shape[0]):
+        raise ValueError(f"targets must be token ids in 0..{weight.shape[0] - 1}: this loss has no ignore_index "
+                         f"(got ids from {int(targets.min())} to {int(targets.max())}); drop padded positions "
+                         f"(e.g. -100) before calling it")
     return _ChunkedCrossEntropy.apply(hidden, weight, targets, chunk)

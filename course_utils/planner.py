@@ -176,19 +176,6 @@ H100 = dict(hbm_gb=HBM_80GB, peak_tflops=989.0, nvlink_gbps=450.0, ib_gbps=50.0)
 H200 = dict(hbm_gb=141.0, peak_tflops=989.0, nvlink_gbps=450.0, ib_gbps=50.0)
 A100 = dict(hbm_gb=HBM_80GB, peak_tflops=312.0, nvlink_gbps=300.0, ib_gbps=25.0)    # 8 × 200 Gb/s per node
 
-# Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
-# Megatron-LM" (arXiv:2104.04473), Table 1: GPTs with s = 2048, V = 51,200 on A100s (Selene), full
-# activation recomputation. (billions of parameters, heads, hidden, layers, tp, pp, GPUs, global batch,
-# achieved TFLOP/s per GPU counting the recomputation, % of the 312 TFLOP/s peak)
-MEGATRON_2021 = [
-    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 44), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 44),
-    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 46), (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 43),
-    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 44), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 45),
-    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 47), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 50),
-    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 52), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 52),
-]
-
-
 @dataclass(frozen=True)
 class Recipe:
     """How each rank trains, on whatever layout: the ``zero`` stage (0–3) over the ranks holding
@@ -666,17 +653,3 @@ def plan(model: GPTConfig, global_batch: int, cluster: Cluster, efficiency: floa
                 results.append(predict(model, layout, recipe, global_batch, cluster, efficiency,
                                        allocator_overhead=allocator_overhead))
     return sorted(results, key=lambda r: (r.reason is not None, -r.mfu))
-
-
-def megatron_2021_predictions(efficiency: float) -> list[tuple[float, float]]:
-    """(published, predicted) TFLOP/s per GPU for each row of :data:`MEGATRON_2021`, counting the
-    recomputation as the paper does, on its layout: ZeRO 0, full recomputation, microbatches of 1
-    sequence, attention scores materialised (2021: no flash attention), plain 1F1B."""
-    out = []
-    recipe = Recipe(zero=0, recompute="full", microbatch=1, flash=False, sequence_parallel=False, dropout=True)
-    for _, heads, hidden, layers, tp, pp, gpus, batch, tflops, _ in MEGATRON_2021:
-        model = GPTConfig(vocab_size=51200, block_size=2048, n_layer=layers, n_head=heads, d_model=hidden)
-        layout = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp)
-        result = predict(model, layout, recipe, batch, Cluster(gpus=gpus, **A100), efficiency)
-        out.append((float(tflops), result.mfu * 4 / 3 * A100["peak_tflops"]))
-    return out

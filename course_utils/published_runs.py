@@ -51,8 +51,8 @@ SOURCES: dict[str, Source] = {s.id: s for s in (
     Source("megatron-2021",
            "Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters Using "
            "Megatron-LM', arXiv:2104.04473 (SC21)",
-           "Table 1 (model shape, tp, pp, GPUs, batch, TFLOP/s per GPU, % of peak), as transcribed in "
-           "course_utils.planner.MEGATRON_2021; microbatch sizes, virtual stages (layers per virtual "
+           "Table 1 (model shape, tp, pp, GPUs, batch, TFLOP/s per GPU, % of peak); "
+           "microbatch sizes, virtual stages (layers per virtual "
            "stage), sequence length 2048 and --fp16 from the paper's reproduction scripts "
            "NVIDIA/Megatron-LM examples/sc21/run_table_1.sh and CONFIG.sh (added de7dc40f88, "
            "2021-08-10; same content at 4d1c207597, 2024-10-28); dropout 0.1 is Megatron-LM's "
@@ -156,7 +156,7 @@ class Run:
 
 # -- Megatron-LM 2021, Table 1 -----------------------------------------------------------------------
 # (billions of parameters, heads, hidden, layers, tp, pp, GPUs, global batch, TFLOP/s per GPU counting
-# the recomputation, % of the 312 TFLOP/s peak) — the rows of planner.MEGATRON_2021; then from
+# the recomputation, % of the 312 TFLOP/s peak); then from
 # examples/sc21/run_table_1.sh: MBS, and layers per virtual stage (None: no interleaving)
 _MEGATRON_2021 = [
     (1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 44, 16, None),

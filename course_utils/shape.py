@@ -168,7 +168,8 @@ LLAMA_3_1: dict[str, GPTConfig] = {
     "405B": _llama_3_1(16384, 126, 128, 1.2, 4096),
 }
 """Llama 3.1's published shapes: Meta's ``params.json`` of each model (dim, n_layers, n_heads,
-n_kv_heads = 8, vocab_size 128,256, ffn_dim_multiplier, multiple_of, rope_theta 500,000), as
+n_kv_heads = 8, vocab_size 128,256, ffn_dim_multiplier, multiple_of, rope_theta 500,000; Llama 3.1's
+long-context RoPE scaling, ``use_scaled_rope``, is not modelled: it changes no parameter count), as
 torchtitan's ``llama3`` model arguments repeat them; pre-training sequences of 8,192 tokens (Llama
 3 paper, Grattafiori et al. 2024, arXiv:2407.21783, §3.4.1)."""
 

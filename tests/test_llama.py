@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from course_utils import accounting, llama, shape
+from course_utils import accounting, llama, losses, shape
 from course_utils.llama import Llama
 from course_utils.shape import GPTConfig
 
@@ -242,3 +242,12 @@ def test_the_measured_choices_gqa_through_sdpa_and_an_rmsnorm_that_keeps_its_inp
     torch_norms = Llama(config).blocks[0].to(dtype)
     torch_norms.ln_1, torch_norms.ln_2 = (torch.nn.RMSNorm(h, eps=1e-5).to(dtype) for _ in range(2))
     assert saved(torch_norms) - base == 2 * s * b * h * (4 if dtype == torch.float32 else 6)
+
+
+def test_chunked_cross_entropy_refuses_ignored_positions():
+    """No ignore_index: a -100 (PyTorch's default padding id) would index the head's gradient out of
+    range in backward; it is refused up front with what to do. Fails if the check is removed."""
+    hidden, weight = torch.randn(4, 8, requires_grad=True), torch.randn(16, 8, requires_grad=True)
+    for bad in (torch.tensor([1, 2, -100, 3]), torch.tensor([1, 2, 16, 3])):
+        with pytest.raises(ValueError, match="no ignore_index"):
+            losses.chunked_cross_entropy(hidden, weight, bad, chunk=2)

@@ -191,21 +191,6 @@ def test_a_70b_model_fits_no_layout_of_eight_gpus_and_some_of_thirty_two():
     assert best.reason is None and best.memory_gb <= 80 and 0.2 < best.mfu < 0.5
 
 
-def test_published_megatron_throughput_within_25_percent_with_one_fitted_efficiency():
-    """The GEMM efficiency is fitted on the smallest row (pure data parallel); the nine others are
-    predictions. The planner is conservative and its error grows with the hidden size: it holds the
-    efficiency constant, while the paper's larger matrices run faster (its section 5.1)."""
-    low, high = 0.1, 1.0
-    for _ in range(60):       # bisection: the efficiency at which the first row is predicted exactly
-        efficiency = (low + high) / 2
-        published, predicted = planner.megatron_2021_predictions(efficiency)[0]
-        low, high = (efficiency, high) if predicted < published else (low, efficiency)
-    rows = planner.megatron_2021_predictions(efficiency)
-    ratios = [predicted / published for published, predicted in rows]
-    assert ratios[0] == pytest.approx(1.0)
-    assert all(0.75 <= r <= 1.0 for r in ratios), ratios
-
-
 def test_one_layout_and_one_shape_serve_the_planner_and_the_model():
     """The planner takes composed's Layout and gpt's GPTConfig themselves: no second vocabulary."""
     from course_utils import gpt, layout

@@ -139,8 +139,7 @@ def test_to_planner_says_what_is_missing():
 
 def test_the_planner_predictor_counts_in_the_sources_convention():
     """On a Megatron row the predictor's TFLOP/s are the planner's MFU × 4/3 × 312 (the recomputed
-    forward, as planner.megatron_2021_predictions counts) less 2·V·h per token: Narayanan's count
-    does not recompute the head."""
+    forward) less 2·V·h per token: Narayanan's count does not recompute the head."""
     run = P.runs("megatron-2021")[0]
     model, layout, recipe, batch, cluster = validation.to_planner(run)
     result = planner.predict(model, layout, recipe, batch, cluster, 0.5)

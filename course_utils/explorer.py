@@ -238,7 +238,7 @@ def layout_figure(model: GPTConfig | str, gpus: int, seq_len: int, global_batch_
             fig.legend(handles=handles, loc="outside lower left" if ax is mem_ax else "outside lower right",
                        ncol=min(4, len(parts)), fontsize=8, title=f"{attr} by part", title_fontsize=8)
     mem_ax.axvline(hbm, color="k", linestyle="--", linewidth=1, label="_hbm")
-    mem_ax.text(hbm, -0.6, f" HBM {hbm:g} GB", va="bottom", fontsize=8)
+    mem_ax.text(hbm, -0.6, f" HBM {hbm:.0f} GB", va="bottom", fontsize=8)
     mem_ax.set_xlim(0, mem_limit)
     for row, r in zip(rows, shown):
         if r.memory_gb > mem_limit:

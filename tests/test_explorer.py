@@ -76,8 +76,9 @@ def test_the_bars_are_the_planners_predictions_in_gb_and_seconds():
             assert patches[-1].get_x() + patches[-1].get_width() == pytest.approx(total)
     labels = [t.get_text() for t in mem_ax.get_yticklabels()]
     assert labels == [explorer.layout_label(r) for r in shown]
-    hbm = [line for line in mem_ax.get_lines() if list(line.get_xdata()) == [80.0, 80.0]]
-    assert len(hbm) == 1, "the HBM line at 80 GB"
+    gb = planner.H100["hbm_gb"]                                     # 80 GiB: 85.9 × 10⁹ bytes
+    hbm = [line for line in mem_ax.get_lines() if list(line.get_xdata()) == [gb, gb]]
+    assert len(hbm) == 1, f"the HBM line at {gb} GB"
     assert "Llama 3.1 70B on 64 × H100" in fig.get_suptitle()
 
 
@@ -88,7 +89,7 @@ def test_impossible_layouts_are_greyed_and_hatched_with_their_reason():
     fig = explorer.layout_figure("Llama 3.1 405B", 8, 8192, 2**22, top=3)
     mem_ax, time_ax = fig.axes[:2]
     labels = [t.get_text() for t in mem_ax.get_yticklabels()]
-    assert len(labels) == 3 and all("\n✗ needs " in text and "has 80 GB" in text for text in labels)
+    assert len(labels) == 3 and all("\n✗ needs " in text and "has 86 GB" in text for text in labels)
     assert all(p.get_hatch() == "//" for c in mem_ax.containers + time_ax.containers for p in c.patches)
     # a bar past the axis's end says its total at the edge
     totals = [t.get_text() for t in mem_ax.texts if t.get_text().endswith("GB ▸")]
